@@ -1,0 +1,120 @@
+"""Schemas of the config sections this project owns (NeMo RL does not read them).
+
+`loss_fn.calibration` (Calibrated Clipping), `local` (the embedded CPU engine), `refit` (the
+weight-refit bridge) and `slurm` (submission). NeMo RL's own sections are checked against the
+complete base config instead (see `nemo_fp8_rl.config.schema`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CalibrationConfig(_Section):
+    """Calibrated Clipping: clip bounds re-derived from BF16 shadow passes every `interval` steps.
+
+    Bounds are (L, H) on the ratio itself; nominal ones come from NeMo RL's
+    `ratio_clip_min`/`ratio_clip_max` as L0 = 1 - ratio_clip_min, H0 = 1 + ratio_clip_max.
+    """
+
+    enabled: bool = False
+    interval: int = Field(20, ge=1, description="K: calibrate at steps k with k % K == start_step % K")
+    start_step: int = Field(0, ge=0)
+    mode: Literal["in_loop", "end_of_step"] = "in_loop"
+    rho_mode: Literal["active_mass", "surrogate_value"] = "active_mass"
+    smoothing: float = Field(0.5, gt=0.0, le=1.0, description="beta: EMA weight of the new target")
+    max_step_low: float = Field(0.05, gt=0.0, description="delta_L: max change of L per calibration")
+    max_step_high: float = Field(0.10, gt=0.0, description="delta_H: max change of H per calibration")
+    low_floor: float = Field(0.5, gt=0.0, lt=1.0)
+    high_max: float = Field(2.0, gt=1.0)
+    allow_tighten: bool = False
+    high_below_nominal: bool = False
+    min_tokens: int = Field(1024, ge=1, description="skip the update below this many tokens in N- or N+")
+    init_bounds: tuple[float, float] | None = None
+    log_ratio_clamp: float = Field(20.0, gt=0.0)
+
+    @model_validator(mode="after")
+    def _init_inside(self) -> CalibrationConfig:
+        if self.init_bounds is not None:
+            low, high = self.init_bounds
+            if not (0.0 < low < 1.0 < high):
+                raise ValueError(f"init_bounds must satisfy 0 < L < 1 < H, got [{low}, {high}]")
+        return self
+
+
+class TinyModelConfig(_Section):
+    """Architecture of the embedded engine's tiny causal LM (a real transformers model)."""
+
+    arch: Literal["qwen3", "llama"] = "qwen3"
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_attention_heads: int = Field(4, ge=1)
+    num_key_value_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(384, ge=8)
+    max_position_embeddings: int = Field(64, ge=8)
+    tie_word_embeddings: bool = True
+
+    @model_validator(mode="after")
+    def _heads_divide(self) -> TinyModelConfig:
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError("hidden_size must be divisible by num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError("num_attention_heads must be divisible by num_key_value_heads")
+        return self
+
+
+class TaskConfig(_Section):
+    """Synthetic verifiable task: n-digit addition with exact-match reward."""
+
+    name: Literal["addition"] = "addition"
+    digits: int = Field(2, ge=1, le=6)
+    num_validation: int = Field(256, ge=1)
+    train_seed: int = 1
+    validation_seed: int = 1234
+
+
+class WarmupConfig(_Section):
+    """Supervised warm-up so GRPO starts from a policy that sometimes succeeds (cached per config)."""
+
+    steps: int = Field(250, ge=0)
+    batch_size: int = Field(128, ge=1)
+    lr: float = Field(2.0e-3, gt=0.0)
+
+
+class LocalConfig(_Section):
+    """The embedded CPU engine (`cluster.gpus_per_node: 0`)."""
+
+    num_threads: int = Field(1, ge=1)
+    model: TinyModelConfig = TinyModelConfig()
+    task: TaskConfig = TaskConfig()
+    warmup: WarmupConfig = WarmupConfig()
+    progress: bool = True
+
+
+class RefitConfig(_Section):
+    """How trainer weights reach the generation engine each step."""
+
+    bridge: Literal["nemo", "project"] = "nemo"
+    bucket_size_mb: int = Field(256, ge=1)
+    verify: bool = True
+
+
+class SlurmConfig(_Section):
+    """Defaults for `nemo_fp8_rl.submit` (flags on the command line override them)."""
+
+    account: str | None = None
+    partition: str | None = None
+    time: str = "04:00:00"
+    container: str | None = None
+    mounts: list[str] = []
+    env: dict[str, str] = {}
+    setup_command: str | None = None
+    gres_per_node: str | None = Field(None, description="e.g. 'gpu:8'; derived from cluster.gpus_per_node when null")
+    extra_sbatch_args: list[str] = []
+    exclusive: bool = True
