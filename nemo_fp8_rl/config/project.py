@@ -24,18 +24,26 @@ class CalibrationConfig(_Section):
     """
 
     enabled: bool = False
-    interval: int = Field(20, ge=1, description="K: calibrate at steps k with k % K == start_step % K")
+    interval: int = Field(
+        20, ge=1, description="K: calibrate at steps k with k % K == start_step % K"
+    )
     start_step: int = Field(0, ge=0)
     mode: Literal["in_loop", "end_of_step"] = "in_loop"
     rho_mode: Literal["active_mass", "surrogate_value"] = "active_mass"
     smoothing: float = Field(0.5, gt=0.0, le=1.0, description="beta: EMA weight of the new target")
-    max_step_low: float = Field(0.05, gt=0.0, description="delta_L: max change of L per calibration")
-    max_step_high: float = Field(0.10, gt=0.0, description="delta_H: max change of H per calibration")
+    max_step_low: float = Field(
+        0.05, gt=0.0, description="delta_L: max change of L per calibration"
+    )
+    max_step_high: float = Field(
+        0.10, gt=0.0, description="delta_H: max change of H per calibration"
+    )
     low_floor: float = Field(0.5, gt=0.0, lt=1.0)
     high_max: float = Field(2.0, gt=1.0)
     allow_tighten: bool = False
     high_below_nominal: bool = False
-    min_tokens: int = Field(1024, ge=1, description="skip the update below this many tokens in N- or N+")
+    min_tokens: int = Field(
+        1024, ge=1, description="skip the update below this many tokens in N- or N+"
+    )
     init_bounds: tuple[float, float] | None = None
     log_ratio_clamp: float = Field(20.0, gt=0.0)
 
@@ -115,6 +123,8 @@ class SlurmConfig(_Section):
     mounts: list[str] = []
     env: dict[str, str] = {}
     setup_command: str | None = None
-    gres_per_node: str | None = Field(None, description="e.g. 'gpu:8'; derived from cluster.gpus_per_node when null")
+    gres_per_node: str | None = Field(
+        None, description="e.g. 'gpu:8'; derived from cluster.gpus_per_node when null"
+    )
     extra_sbatch_args: list[str] = []
     exclusive: bool = True

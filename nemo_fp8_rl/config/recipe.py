@@ -1,0 +1,157 @@
+"""Recipes: discovery, lookup by path or short name, and `load_recipe` (load + validate)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.interpolate import is_missing, lookup, resolve_all
+from nemo_fp8_rl.config.loader import apply_overrides, load_chain
+from nemo_fp8_rl.config.rules import check_rules
+from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values
+
+
+def project_root() -> Path:
+    """Folder holding `recipes/` and `configs/`: `NEMO_FP8_RL_HOME`, the source checkout, or the package data."""
+    env = os.environ.get("NEMO_FP8_RL_HOME")
+    if env:
+        return Path(env)
+    checkout = Path(__file__).resolve().parents[2]
+    if (checkout / "recipes").is_dir():
+        return checkout
+    return Path(__file__).resolve().parents[1] / "_data"
+
+
+def recipes_dir() -> Path:
+    return project_root() / "recipes"
+
+
+def base_config_path() -> Path:
+    return project_root() / "configs" / "base" / "grpo.yaml"
+
+
+def find_recipes() -> list[Path]:
+    """Every recipe file, sorted."""
+    return sorted(recipes_dir().rglob("*.yaml"))
+
+
+def resolve_ref(ref: str | Path) -> Path:
+    """A recipe reference -> file: a path, `model/name` (with or without .yaml), or a unique file stem."""
+    path = Path(ref)
+    if path.is_file():
+        return path
+    stem = str(ref).removesuffix(".yaml")
+    candidate = recipes_dir() / f"{stem}.yaml"
+    if candidate.is_file():
+        return candidate
+    matches = [p for p in find_recipes() if p.stem == Path(stem).name]
+    if len(matches) == 1:
+        return matches[0]
+    known = ", ".join(short_name(p) for p in find_recipes())
+    problem = "ambiguous recipe name" if matches else "no such recipe file or name"
+    raise RecipeError(
+        str(ref), [ConfigIssue("--recipe", problem, f"give a path or one of: {known}", str(ref))]
+    )
+
+
+def short_name(path: Path) -> str:
+    """`qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8` for a file under recipes/."""
+    try:
+        return str(path.resolve().relative_to(recipes_dir().resolve()).with_suffix(""))
+    except ValueError:
+        return path.stem
+
+
+@lru_cache(maxsize=1)
+def _resolved_base() -> dict:
+    config, _ = load_chain(base_config_path())
+    resolved, _ = resolve_all(config)
+    return resolved
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A loaded, validated recipe: the resolved NeMo RL config plus the project's sections."""
+
+    name: str
+    path: Path
+    config: dict
+    provenance: dict[str, str] = field(repr=False)
+    run_dir: Path
+
+    def section(self, dotted: str) -> Any:
+        """The config value at a dotted path (a dict for sections)."""
+        value = lookup(self.config, dotted)
+        if is_missing(value):
+            raise KeyError(f"{dotted} is not in recipe {self.name}")
+        return value
+
+    def to_yaml(self, with_sources: bool = False) -> str:
+        """The resolved config as YAML; with sources, each leaf line ends with `# <file>`."""
+        text = yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False, width=120)
+        if not with_sources:
+            return text
+        return _annotate(text, self.provenance)
+
+
+def _annotate(text: str, prov: dict[str, str]) -> str:
+    """Append the source file of each leaf key as a comment (paths shown relative to the project)."""
+    root = str(project_root().resolve()) + "/"
+    out, stack = [], []
+    for line in text.splitlines():
+        stripped = line.lstrip(" ")
+        indent = (len(line) - len(stripped)) // 2
+        if stripped.startswith("- ") or ":" not in stripped:
+            out.append(line)
+            continue
+        key = stripped.split(":", 1)[0]
+        stack[indent:] = [key]
+        src = prov.get(".".join(stack))
+        out.append(f"{line}  # {src.replace(root, '')}" if src else line)
+    return "\n".join(out) + "\n"
+
+
+def load_recipe(
+    ref: str | Path, overrides: list[str] | tuple[str, ...] = (), run_dir: Path | None = None
+) -> Recipe:
+    """Load `ref` with its defaults chain and overrides, derive paths, validate; all problems at once."""
+    path = resolve_ref(ref).resolve()
+    config, prov = load_chain(path)
+    issues = [
+        ConfigIssue(
+            key,
+            "set by hand, but it is derived from the recipe name",
+            "remove it (use --run-dir to move outputs)",
+            prov[key],
+        )
+        for key in DERIVED
+        if key in prov
+    ]
+    issues += apply_overrides(config, list(overrides), prov)
+    name = path.stem
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / name
+    _derive(config, prov, name, run_dir)
+    resolved, interp_issues = resolve_all(config)
+    issues += interp_issues
+    issues += check_keys(resolved, _resolved_base(), prov)
+    issues += check_values(resolved, prov)
+    if not interp_issues:
+        issues += check_rules(resolved, prov)
+    if issues:
+        raise RecipeError(str(path), issues)
+    return Recipe(name=name, path=path, config=resolved, provenance=prov, run_dir=run_dir)
+
+
+def _derive(config: dict, prov: dict[str, str], name: str, run_dir: Path) -> None:
+    """Run name and output paths come from the recipe file name (or --run-dir)."""
+    config.setdefault("logger", {})["log_dir"] = str(run_dir / "logs")
+    config["logger"].setdefault("wandb", {})["name"] = name
+    config.setdefault("checkpointing", {})["checkpoint_dir"] = str(run_dir / "checkpoints")
+    for key in DERIVED:
+        prov[key] = "derived"

@@ -1,0 +1,254 @@
+"""Schema of a resolved recipe: known keys, types, ranges and choices.
+
+NeMo RL's own sections are checked against the complete base config (`configs/base/grpo.yaml`):
+every key must exist there (a misspelt key is an error with a did-you-mean, not silently ignored as
+in NeMo RL), and its value must have the base value's type. A base value of `null` accepts any
+value; a few sections are free-form by design (`OPEN`). Ranges and choices for the keys that matter
+are in `RANGES`/`CHOICES`. Project-owned sections are validated by their pydantic models.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.project import CalibrationConfig, LocalConfig, RefitConfig, SlurmConfig
+
+# Sections whose keys are free-form (NeMo RL passes them through to another library).
+OPEN = (
+    "env",
+    "policy.hf_config_overrides",
+    "policy.megatron_cfg.model_overrides",
+    "policy.megatron_cfg.env_vars",
+    "policy.generation.vllm_kwargs",
+    "policy.generation.vllm_cfg.env_vars",
+    "logger.tensorboard",
+    "slurm.env",
+)
+# Keys derived from the recipe name (never written by hand).
+DERIVED = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
+
+PROJECT_SECTIONS: dict[str, type[BaseModel]] = {
+    "loss_fn.calibration": CalibrationConfig,
+    "local": LocalConfig,
+    "refit": RefitConfig,
+    "slurm": SlurmConfig,
+}
+
+
+def _ge(lo: float) -> Callable[[float], bool]:
+    return lambda v: v >= lo
+
+
+def _gt(lo: float) -> Callable[[float], bool]:
+    return lambda v: v > lo
+
+
+RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "grpo.num_prompts_per_step": (_ge(1), ">= 1"),
+    "grpo.num_generations_per_prompt": (_ge(2), ">= 2 (group advantages need two samples)"),
+    "grpo.max_num_steps": (_ge(1), ">= 1"),
+    "grpo.val_period": (_ge(0), ">= 0 (0 disables validation)"),
+    "policy.train_global_batch_size": (_ge(1), ">= 1"),
+    "policy.train_micro_batch_size": (_ge(1), ">= 1"),
+    "policy.max_total_sequence_length": (_ge(1), ">= 1"),
+    "policy.max_grad_norm": (_gt(0), "> 0"),
+    "policy.generation.max_new_tokens": (_ge(1), ">= 1"),
+    "policy.generation.temperature": (_gt(0), "> 0"),
+    "policy.generation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "policy.generation.vllm_cfg.gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "policy.megatron_cfg.optimizer.lr": (_gt(0), "> 0"),
+    "policy.megatron_cfg.optimizer.min_lr": (_ge(0), ">= 0"),
+    "policy.megatron_cfg.tensor_model_parallel_size": (_ge(1), ">= 1"),
+    "policy.megatron_cfg.pipeline_model_parallel_size": (_ge(1), ">= 1"),
+    "policy.megatron_cfg.expert_model_parallel_size": (_ge(1), ">= 1"),
+    "loss_fn.ratio_clip_min": (
+        lambda v: 0 < v < 1,
+        "in (0, 1): the lower bound is 1 - ratio_clip_min",
+    ),
+    "loss_fn.ratio_clip_max": (_gt(0), "> 0: the upper bound is 1 + ratio_clip_max"),
+    "loss_fn.reference_policy_kl_penalty": (_ge(0), ">= 0"),
+    "cluster.num_nodes": (_ge(1), ">= 1"),
+    "cluster.gpus_per_node": (_ge(0), ">= 0 (0 runs the embedded CPU engine)"),
+}
+
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "policy.precision": ("bfloat16", "float16", "float32"),
+    "policy.generation.backend": ("vllm", "megatron"),
+    "policy.generation.vllm_cfg.precision": ("bfloat16", "float16", "float32", "fp8"),
+    "policy.generation.vllm_cfg.kv_cache_dtype": ("auto", "fp8", "fp8_e4m3"),
+    "policy.megatron_cfg.fp8_cfg.fp8": ("e4m3", "hybrid"),
+    "policy.megatron_cfg.fp8_cfg.fp8_recipe": ("blockwise", "tensorwise", "mxfp8"),
+    "policy.megatron_cfg.moe_router_dtype": ("fp32", "fp64", None),
+    "loss_fn.reference_policy_kl_type": ("k1", "k2", "k3"),
+    "loss_fn.truncated_importance_sampling_type": (None, "tis", "icepop", "seq-mask-tis"),
+}
+
+
+def check_keys(config: dict, base: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """Every key known (base config or project schema), with the base value's type."""
+    issues: list[ConfigIssue] = []
+    _check_node(config, base, "", prov, issues)
+    return issues
+
+
+def _check_node(
+    node: dict, base: dict, prefix: str, prov: dict[str, str], issues: list[ConfigIssue]
+) -> None:
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if path in OPEN or path in PROJECT_SECTIONS or path in DERIVED or path == "defaults":
+            continue
+        if key not in base:
+            issues.append(_unknown_key(path, key, base, prefix, prov))
+            continue
+        expected = base[key]
+        if expected is None:
+            continue
+        if isinstance(expected, dict) and isinstance(value, dict):
+            _check_node(value, expected, f"{path}.", prov, issues)
+        elif not _same_type(value, expected):
+            issues.append(
+                ConfigIssue(
+                    path,
+                    f"expected {_type_name(expected)}, got {_type_name(value)} ({value!r})",
+                    f"set a {_type_name(expected)} value like the base config's {expected!r}",
+                    source_of(prov, path),
+                )
+            )
+
+
+def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> ConfigIssue:
+    close = difflib.get_close_matches(key, [str(k) for k in base], n=1, cutoff=0.6)
+    fix = (
+        f"did you mean {prefix}{close[0]}?"
+        if close
+        else f"remove it; known keys here: {', '.join(map(str, base))}"
+    )
+    return ConfigIssue(
+        path,
+        "unknown key (not in the base config or the project schema)",
+        fix,
+        source_of(prov, path),
+    )
+
+
+def _same_type(value: Any, expected: Any) -> bool:
+    if isinstance(expected, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(expected, bool)
+    if isinstance(expected, float):
+        return isinstance(value, (int, float))
+    if isinstance(expected, int):
+        return isinstance(value, int)
+    if isinstance(expected, str):
+        return value is None or isinstance(
+            value, str
+        )  # optional strings (paths, names) may be null
+    if isinstance(expected, list):
+        return isinstance(value, list)
+    if isinstance(expected, dict):
+        return isinstance(value, dict)
+    return True
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {
+        bool: "boolean",
+        int: "integer",
+        float: "number",
+        str: "string",
+        list: "list",
+        dict: "mapping",
+    }.get(type(value), type(value).__name__)
+
+
+def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """Ranges and choices of the NeMo RL keys that matter, and the project sections' models."""
+    from nemo_fp8_rl.config.interpolate import is_missing, lookup
+
+    issues: list[ConfigIssue] = []
+    for key, (ok, text) in RANGES.items():
+        value = lookup(config, key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not ok(value):
+            issues.append(
+                ConfigIssue(
+                    key,
+                    f"value {value!r} out of range",
+                    f"use a value {text}",
+                    source_of(prov, key),
+                )
+            )
+    for key, choices in CHOICES.items():
+        value = lookup(config, key)
+        if not is_missing(value) and value not in choices:
+            shown = ", ".join(repr(c) for c in choices)
+            issues.append(
+                ConfigIssue(
+                    key,
+                    f"value {value!r} is not one of {shown}",
+                    f"use one of {shown}",
+                    source_of(prov, key),
+                )
+            )
+    for key, model in PROJECT_SECTIONS.items():
+        section = lookup(config, key)
+        issues += validate_section(
+            key, {} if is_missing(section) or section is None else section, model, prov
+        )
+    return issues
+
+
+def validate_section(
+    key: str, section: Any, model: type[BaseModel], prov: dict[str, str]
+) -> list[ConfigIssue]:
+    """Validate one project-owned section with its pydantic model; errors carry full key paths."""
+    try:
+        model.model_validate(section)
+    except ValidationError as exc:
+        out = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"])
+            path = f"{key}.{loc}" if loc else key
+            if err["type"] == "extra_forbidden":
+                known = ", ".join(model.model_fields)
+                close = difflib.get_close_matches(
+                    str(err["loc"][-1]), list(model.model_fields), n=1, cutoff=0.6
+                )
+                fix = f"did you mean {key}.{close[0]}?" if close else f"known keys: {known}"
+                out.append(
+                    ConfigIssue(
+                        path, "unknown key (not in the project schema)", fix, source_of(prov, path)
+                    )
+                )
+            else:
+                out.append(
+                    ConfigIssue(
+                        path,
+                        err["msg"],
+                        f"see the {model.__name__} documentation",
+                        source_of(prov, path),
+                    )
+                )
+        return out
+    return []
+
+
+def source_of(prov: dict[str, str], key: str) -> str:
+    """The file that set `key` (or the closest parent/child key that has a recorded source)."""
+    if key in prov:
+        return prov[key]
+    for known, src in prov.items():
+        if known.startswith(key + "."):
+            return src
+    parts = key.split(".")
+    while parts:
+        parts.pop()
+        if ".".join(parts) in prov:
+            return prov[".".join(parts)]
+    return "?"
