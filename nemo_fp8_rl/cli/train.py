@@ -1,0 +1,81 @@
+"""`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--resume] [key=value ...]`.
+
+`auto` runs the embedded CPU engine for `cluster.gpus_per_node: 0` and NeMo RL otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from nemo_fp8_rl.cli.common import add_recipe_args, run_main
+from nemo_fp8_rl.config import Recipe, load_recipe
+
+
+class EngineUnavailable(RuntimeError):
+    """The requested engine cannot run this recipe here; the message says why and what to do."""
+
+
+def choose_engine(recipe: Recipe, requested: str) -> str:
+    """Pick `local` or `nemo` for a recipe, or explain why neither can run it."""
+    on_cpu = recipe.config["cluster"]["gpus_per_node"] == 0
+    if requested == "local" and not on_cpu:
+        raise EngineUnavailable(
+            f"{recipe.name} asks for {recipe.config['cluster']['gpus_per_node']} GPUs per node; the local engine runs "
+            "CPU recipes only (cluster.gpus_per_node: 0). Use --engine nemo, or a recipe under recipes/tiny/."
+        )
+    if requested == "local" or (requested == "auto" and on_cpu):
+        return "local"
+    from nemo_fp8_rl.engines import nemo
+
+    ok, why = nemo.available()
+    if not ok:
+        raise EngineUnavailable(
+            f"{recipe.name} needs the NeMo RL engine, which is not usable here: {why}"
+        )
+    return "nemo"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="nemo_fp8_rl.train", description=__doc__)
+    add_recipe_args(parser)
+    parser.add_argument("--engine", choices=("auto", "local", "nemo"), default="auto")
+    parser.add_argument("--run-dir", type=Path, help="output folder (default: runs/<recipe name>)")
+    parser.add_argument(
+        "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the resolved recipe and the engine, run nothing",
+    )
+    parser.add_argument(
+        "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
+    )
+    args = parser.parse_args(argv)
+    recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    if args.dry_run:
+        print(recipe.to_yaml(), end="")
+        try:
+            print(f"# engine: {choose_engine(recipe, args.engine)}  run dir: {recipe.run_dir}")
+        except EngineUnavailable as exc:
+            print(f"# engine: none ({exc})")
+        return 0
+    try:
+        engine = choose_engine(recipe, args.engine)
+    except EngineUnavailable as exc:
+        print(f"error: {exc}")
+        return 3
+    if engine == "local":
+        from nemo_fp8_rl.engines.local import run
+    else:
+        from nemo_fp8_rl.engines.nemo import run
+    run_dir = run(recipe, resume=args.resume, progress=not args.no_progress)
+    print(f"run finished: {run_dir}")
+    return 0
+
+
+entry = run_main(main)
+
+if __name__ == "__main__":
+    entry()
