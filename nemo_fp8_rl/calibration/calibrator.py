@@ -1,0 +1,314 @@
+"""`Calibrator`: the state of Calibrated Clipping across steps (bounds, schedule, history).
+
+Life of one calibration step k (`is_calibration_step(k)`): the trainer runs the two BF16 shadow
+passes, the loss (or the engine) calls `observe(...)` once per micro-batch, and after the step's
+last optimiser update the engine calls `update(k, gather)`. The statistics are pooled over all
+data-parallel ranks through `gather`, so every rank derives identical bounds, which are used from
+step k+1 on (lagged application, ambiguity A3) until the next calibration step.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.calibration.bounds import (
+    EDGE_MARGIN,
+    Samples,
+    lower_clip_fraction,
+    lower_target,
+    prepare_samples,
+    smooth_and_cap,
+    update_balance,
+    upper_target,
+)
+from nemo_fp8_rl.config.project import CalibrationConfig
+from nemo_fp8_rl.diagnostics import overclip_stats
+
+Gather = Callable[[torch.Tensor], torch.Tensor]
+_STATE_VERSION = 1
+
+
+def all_gather_rows(t: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Concatenate a [n, k] tensor over all ranks of `group` along dim 0, in rank order.
+
+    `n` may differ between ranks (rows are padded to the largest n for `all_gather`, then
+    trimmed). Use as `cal.update(step, gather=all_gather_rows)` under `torch.distributed`;
+    with NCCL, `t` must be on the rank's CUDA device.
+    """
+    import torch.distributed as dist
+
+    world = dist.get_world_size(group)
+    n = torch.tensor([t.shape[0]], device=t.device, dtype=torch.long)
+    sizes = [torch.zeros_like(n) for _ in range(world)]
+    dist.all_gather(sizes, n, group=group)
+    longest = int(max(int(s) for s in sizes))
+    padded = t.new_zeros((longest, *t.shape[1:]))
+    padded[: t.shape[0]] = t
+    parts = [torch.zeros_like(padded) for _ in range(world)]
+    dist.all_gather(parts, padded, group=group)
+    return torch.cat([p[: int(s)] for p, s in zip(parts, sizes, strict=True)], dim=0)
+
+
+class Calibrator:
+    """Clip bounds (L, H) for the FP8 loss, re-derived from BF16 shadow passes every K steps.
+
+    Args:
+        cfg: the `loss_fn.calibration` section.
+        ratio_clip_min, ratio_clip_max: NeMo RL's ε values; nominal bounds are
+            `L0 = 1 - ratio_clip_min`, `H0 = 1 + ratio_clip_max`.
+        ratio_clip_c: NeMo RL's dual-clip constant (None when off); tokens with A < 0 and
+            ratio > c are excluded from the negative update mass in both precisions.
+    """
+
+    def __init__(
+        self,
+        cfg: CalibrationConfig,
+        ratio_clip_min: float,
+        ratio_clip_max: float,
+        ratio_clip_c: float | None = None,
+    ) -> None:
+        if not 0.0 < ratio_clip_min < 1.0 or ratio_clip_max <= 0.0:
+            raise ValueError(
+                f"loss_fn.ratio_clip_min must be in (0, 1) and loss_fn.ratio_clip_max > 0 for "
+                f"calibration, got {ratio_clip_min} and {ratio_clip_max}"
+            )
+        if ratio_clip_c is not None and ratio_clip_c <= 1.0:
+            raise ValueError(f"loss_fn.ratio_clip_c must be > 1 or null, got {ratio_clip_c}")
+        self.cfg = cfg
+        self.nominal = (1.0 - ratio_clip_min, 1.0 + ratio_clip_max)
+        self.dual_c = ratio_clip_c
+        if cfg.high_max < self.nominal[1]:
+            raise ValueError(
+                f"loss_fn.calibration.high_max = {cfg.high_max} is below the nominal upper bound "
+                f"1 + ratio_clip_max = {self.nominal[1]}; raise high_max or lower ratio_clip_max"
+            )
+        self._bounds = tuple(cfg.init_bounds) if cfg.init_bounds is not None else self.nominal
+        self.last_calibration_step: int | None = None
+        self.history: list[dict[str, float]] = []
+        self.updates_per_step: int | None = None
+        self._chunks: list[torch.Tensor] = []
+        self._prob_sums: torch.Tensor | None = None
+
+    # ---- schedule -------------------------------------------------------------------------
+    @property
+    def bounds(self) -> tuple[float, float]:
+        """(L, H) in force now: nominal or `init_bounds` until the first `update`."""
+        return (float(self._bounds[0]), float(self._bounds[1]))
+
+    def is_calibration_step(self, step: int) -> bool:
+        """True on steps k ≥ start_step with (k − start_step) % interval == 0 (shadow passes run)."""
+        start = self.cfg.start_step
+        return self.cfg.enabled and step >= start and (step - start) % self.cfg.interval == 0
+
+    def low_limits(self) -> tuple[float, float]:
+        """(floor, ceiling) of L: [low_floor, L0] relax-only, up to just below 1 if tightening."""
+        ceil = 1.0 - EDGE_MARGIN if self.cfg.allow_tighten else self.nominal[0]
+        return self.cfg.low_floor, ceil
+
+    def high_limits(self) -> tuple[float, float]:
+        """(floor, ceiling) of H: [H0, high_max], or from just above 1 if `high_below_nominal`."""
+        floor = 1.0 + EDGE_MARGIN if self.cfg.high_below_nominal else self.nominal[1]
+        return floor, self.cfg.high_max
+
+    def set_updates_per_step(self, updates_per_step: int) -> None:
+        """Record the optimiser steps per rollout batch; warn if clipping is structurally inert.
+
+        With one update per rollout batch the loss sees θ = θ_old, so r ≈ r̃ ≈ 1 apart from FP8
+        run-to-run noise, and clipping (hence calibration) has almost nothing to act on.
+        """
+        if updates_per_step < 1:
+            raise ValueError(f"updates_per_step must be ≥ 1, got {updates_per_step}")
+        self.updates_per_step = updates_per_step
+        if self.cfg.enabled and updates_per_step == 1:
+            warnings.warn(
+                "Calibrated Clipping is enabled but there is one optimiser step per rollout batch "
+                "(num_prompts_per_step x num_generations_per_prompt == train_global_batch_size): "
+                "the policy ratio stays ~1 and clipping is structurally inactive. Lower "
+                "policy.train_global_batch_size to get several updates per step.",
+                stacklevel=2,
+            )
+
+    # ---- accumulation ---------------------------------------------------------------------
+    def observe(
+        self,
+        *,
+        fp8_ratio: torch.Tensor,
+        bf16_ratio: torch.Tensor,
+        advantages: torch.Tensor,
+        weights: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        fp8_logprobs: torch.Tensor | None = None,
+        bf16_logprobs: torch.Tensor | None = None,
+    ) -> None:
+        """Accumulate one micro-batch of calibration statistics (any shape, all the same shape).
+
+        `weights` are the per-token loss weights w = aggregation weight x importance weight
+        (default 1). `fp8_logprobs`/`bf16_logprobs` (optional, same weights θ) feed the
+        probability NMAE `Σ|p̃ − p| / Σp`.
+        """
+        s = prepare_samples(
+            fp8_ratio, bf16_ratio, advantages, weights, mask, self.cfg.log_ratio_clamp
+        )
+        rows = torch.stack([s.fp8_ratio, s.bf16_ratio, s.advantages, s.weights], dim=1)
+        self._chunks.append(rows)
+        if (fp8_logprobs is None) != (bf16_logprobs is None):
+            raise ValueError("observe: pass both fp8_logprobs and bf16_logprobs, or neither")
+        sums = fp8_ratio.new_zeros(3, dtype=torch.float64)
+        sums[2] = s.num_dropped_nonfinite
+        if fp8_logprobs is not None:
+            valid = torch.ones_like(fp8_logprobs, dtype=torch.bool) if mask is None else mask > 0
+            p8 = fp8_logprobs.detach().double().exp()[valid]
+            p16 = bf16_logprobs.detach().double().exp()[valid]
+            ok = torch.isfinite(p8) & torch.isfinite(p16)
+            sums[0], sums[1] = (p8[ok] - p16[ok]).abs().sum(), p16[ok].sum()
+        self._prob_sums = sums if self._prob_sums is None else self._prob_sums + sums
+
+    def _pooled(self, gather: Gather | None) -> tuple[Samples, torch.Tensor]:
+        """All observed rows (and prob-error sums) pooled over ranks; clears the buffer."""
+        rows = torch.cat(self._chunks) if self._chunks else torch.zeros(0, 4, dtype=torch.float64)
+        sums = (
+            self._prob_sums if self._prob_sums is not None else torch.zeros(3, dtype=torch.float64)
+        )
+        self._chunks, self._prob_sums = [], None
+        if gather is not None:
+            rows = gather(rows)
+            sums = gather(sums.to(rows.device).reshape(1, 3)).sum(0)
+        rows, sums = rows.cpu(), sums.cpu()
+        samples = Samples(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], int(sums[2]))
+        return samples, sums
+
+    # ---- update ---------------------------------------------------------------------------
+    def update(self, step: int, gather: Gather | None = None) -> dict[str, float]:
+        """Finish step `step`: on calibration steps pool the statistics and move (L, H).
+
+        The new bounds apply from step+1 on. Returns metrics (`calib_low`, `calib_high` always;
+        on calibration steps also `calib_alpha`, `calib_rho_ref`, `calib_rho_fp8`, targets,
+        counts, NMAEs and over-clip shares). `gather` must be given on every data-parallel rank
+        (it is a collective) or on none.
+        """
+        if not self.is_calibration_step(step):
+            if self._chunks:
+                raise RuntimeError(
+                    f"Calibrator.update: statistics were observed on step {step}, which is not a "
+                    f"calibration step; run the BF16 shadow passes only when is_calibration_step()"
+                )
+            return self._bounds_metrics()
+        samples, sums = self._pooled(gather)
+        metrics = self._statistics(samples, sums)
+        metrics.update(self._move_bounds(samples, step, metrics))
+        self.last_calibration_step = step
+        self.history.append({"step": float(step), **metrics})
+        return metrics
+
+    def _bounds_metrics(self) -> dict[str, float]:
+        low, high = self.bounds
+        out = {"calib_low": low, "calib_high": high}
+        if self.updates_per_step is not None:
+            out["updates_per_step"] = float(self.updates_per_step)
+            out["calib_structurally_inactive"] = float(
+                self.cfg.enabled and self.updates_per_step == 1
+            )
+        return out
+
+    def _statistics(self, s: Samples, sums: torch.Tensor) -> dict[str, float]:
+        """Diagnostics of the pooled calibration batch under the bounds in force and nominal."""
+        (l0, h0), (low, high) = self.nominal, self.bounds
+        neg = s.neg
+        m: dict[str, float] = {
+            "calib_n_neg": float(neg.sum()),
+            "calib_n_pos": float(s.pos.sum()),
+            "calib_dropped_nonfinite": float(s.num_dropped_nonfinite),
+            "calib_bf16_lower_frac_neg": lower_clip_fraction(s.bf16_ratio[neg], l0),
+            "calib_fp8_lower_frac_neg": lower_clip_fraction(s.fp8_ratio[neg], low),
+            "calib_fp8_nominal_lower_frac_neg": lower_clip_fraction(s.fp8_ratio[neg], l0),
+        }
+        mode = self.cfg.rho_mode
+        m["calib_rho_ref"] = update_balance(s, s.bf16_ratio, l0, h0, self.dual_c, mode)[0]
+        m["calib_rho_fp8"] = update_balance(s, s.fp8_ratio, low, high, self.dual_c, mode)[0]
+        m["calib_rho_fp8_nominal"] = update_balance(s, s.fp8_ratio, l0, h0, self.dual_c, mode)[0]
+        ratio_den = float(s.bf16_ratio.sum())
+        m["ratio_nmae"] = (
+            float((s.fp8_ratio - s.bf16_ratio).abs().sum()) / ratio_den
+            if ratio_den > 0
+            else math.nan
+        )
+        if float(sums[1]) > 0:
+            m["prob_nmae"] = float(sums[0] / sums[1])
+            m["ratio_amplification"] = (
+                m["ratio_nmae"] / m["prob_nmae"] if m["prob_nmae"] > 0 else math.nan
+            )
+        m.update(overclip_stats(s.fp8_ratio, s.bf16_ratio, s.advantages, None, l0, h0, self.dual_c))
+        return m
+
+    def _move_bounds(self, s: Samples, step: int, stats: dict[str, float]) -> dict[str, float]:
+        """Targets (L*, H*), then EMA + rate limit + absolute limits; skips when too few tokens."""
+        cfg, (l0, h0), (low, high) = self.cfg, self.nominal, self.bounds
+        n_neg, n_pos = int(stats["calib_n_neg"]), int(stats["calib_n_pos"])
+        out: dict[str, float] = {
+            "calib_skipped": 0.0,
+            "calib_cap_hit_low": 0.0,
+            "calib_cap_hit_high": 0.0,
+        }
+        if n_neg < cfg.min_tokens or n_pos < cfg.min_tokens:
+            out["calib_skipped"] = 1.0
+            return {**out, **self._bounds_metrics()}
+        neg = s.neg
+        low_t, alpha = lower_target(s.fp8_ratio[neg], s.bf16_ratio[neg], l0)
+        out.update(calib_alpha=alpha, calib_low_target=low_t)
+        new_low = smooth_and_cap(low, low_t, cfg.smoothing, cfg.max_step_low, *self.low_limits())
+        out["calib_cap_hit_low"] = float(abs(cfg.smoothing * (low_t - low)) > cfg.max_step_low)
+        new_high = high
+        if math.isfinite(stats["calib_rho_ref"]):
+            h_floor, h_max = self.high_limits()
+            high_t, _ = upper_target(s, low_t, l0, h0, h_floor, h_max, self.dual_c, cfg.rho_mode)
+            out["calib_high_target"] = high_t
+            new_high = smooth_and_cap(
+                high, high_t, cfg.smoothing, cfg.max_step_high, h_floor, h_max
+            )
+            out["calib_cap_hit_high"] = float(
+                abs(cfg.smoothing * (high_t - high)) > cfg.max_step_high
+            )
+        else:
+            out["calib_skipped_high"] = 1.0
+        self._bounds = (new_low, new_high)
+        out["calib_rho_fp8_target"] = update_balance(
+            s, s.fp8_ratio, low_t, out.get("calib_high_target", high), self.dual_c, cfg.rho_mode
+        )[0]
+        return {**out, **self._bounds_metrics()}
+
+    # ---- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Plain-Python state for checkpoints (bounds, last calibration step, history)."""
+        if self._chunks:
+            raise RuntimeError("Calibrator.state_dict: call update() for the current step first")
+        return {
+            "version": _STATE_VERSION,
+            "bounds": list(self.bounds),
+            "nominal": list(self.nominal),
+            "last_calibration_step": self.last_calibration_step,
+            "history": [dict(h) for h in self.history],
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore from `state_dict()`; refuses a checkpoint made with other nominal bounds."""
+        if state.get("version") != _STATE_VERSION:
+            raise ValueError(f"calibrator state: unsupported version {state.get('version')!r}")
+        nominal = tuple(float(x) for x in state["nominal"])
+        if any(abs(a - b) > 1e-12 for a, b in zip(nominal, self.nominal, strict=True)):
+            raise ValueError(
+                f"calibrator state was saved with nominal bounds {nominal} but this run has "
+                f"{self.nominal}; resume with the same loss_fn.ratio_clip_min/max"
+            )
+        low, high = (float(x) for x in state["bounds"])
+        if not 0.0 < low < 1.0 < high:
+            raise ValueError(
+                f"calibrator state: bounds must satisfy 0 < L < 1 < H, got {low}, {high}"
+            )
+        self._bounds = (low, high)
+        self.last_calibration_step = state["last_calibration_step"]
+        self.history = [dict(h) for h in state["history"]]
