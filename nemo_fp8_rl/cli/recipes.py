@@ -65,7 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("overrides", nargs="*", metavar="key=value")
     val = sub.add_parser("validate", help="validate recipes (all when none given)")
     val.add_argument("recipes", nargs="*")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.cmd == "show":
+        args.overrides = [*args.overrides, *extra]
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "list":
         return cmd_list()
     if args.cmd == "show":

@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
         print(recipe.to_yaml(), end="")
