@@ -1,0 +1,133 @@
+"""`nemo_fp8_rl.submit`: run a recipe as a Slurm job, and look after submitted jobs.
+
+    nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
+                       [--job-name N] [--run-dir D] [--template F] [--dry-run] [key=value ...]
+    nemo_fp8_rl.submit status JOB
+    nemo_fp8_rl.submit logs JOB [--ray]
+    nemo_fp8_rl.submit cancel JOB
+
+Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
+recipe itself (checked by its schema) and are frozen into the copy the job trains with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from nemo_fp8_rl.config import RecipeError, load_recipe
+from nemo_fp8_rl.slurm import (
+    JobSpecError,
+    SlurmError,
+    build_job_spec,
+    cancel,
+    job_status,
+    log_files,
+    render_sbatch,
+    submit,
+    write_job_files,
+)
+from nemo_fp8_rl.slurm.spec import split_mounts
+
+_JOB_COMMANDS = ("status", "logs", "cancel")
+
+
+def _submit_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nemo_fp8_rl.submit",
+        description="Submit a recipe as a Slurm job (Ray head + workers, then training). "
+        "Also: nemo_fp8_rl.submit status|logs|cancel JOB.",
+    )
+    p.add_argument("--recipe", required=True, help="recipe path or short name")
+    p.add_argument("--account", help="Slurm account (overrides slurm.account)")
+    p.add_argument("--partition", help="Slurm partition (overrides slurm.partition)")
+    p.add_argument("--time", help="time limit, e.g. 04:00:00 (overrides slurm.time)")
+    p.add_argument("--container", help="container image for pyxis (overrides slurm.container)")
+    p.add_argument("--mounts", help="comma-separated SRC:DST[:ro] list (overrides slurm.mounts)")
+    p.add_argument("--job-name", help="job name (default: the recipe name)")
+    p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
+    p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
+    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    p.add_argument("overrides", nargs="*", help="dotted.key=value recipe overrides")
+    return p
+
+
+def _job_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="nemo_fp8_rl.submit", description="Look after a Slurm job.")
+    p.add_argument("command", choices=_JOB_COMMANDS)
+    p.add_argument("job_id", help="the job id printed at submission")
+    p.add_argument("--ray", action="store_true", help="logs: also print the Ray head/worker logs")
+    p.add_argument("--wait", type=float, default=120.0, help="cancel: seconds to wait for the end")
+    return p
+
+
+def run_submit(args: argparse.Namespace) -> int:
+    """Load the recipe, render the script; print it (--dry-run) or write the files and sbatch."""
+    recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    flags = {
+        "account": args.account,
+        "partition": args.partition,
+        "time": args.time,
+        "container": args.container,
+        "mounts": split_mounts(args.mounts) if args.mounts else None,
+        "job_name": args.job_name,
+    }
+    log_root = Path(recipe.run_dir).absolute() / "slurm"
+    spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
+    script = render_sbatch(spec, args.template)
+    if args.dry_run:
+        sys.stdout.write(script)
+        return 0
+    _, script_file = write_job_files(recipe, script, spec.log_root)
+    job_id = submit(script_file)
+    print(f"Submitted job {job_id}")
+    print(f"Run directory: {spec.run_dir}")
+    print(f"Script: {script_file}")
+    print(f"Output: {spec.log_root}/slurm-{job_id}.out")
+    return 0
+
+
+def run_job_command(args: argparse.Namespace) -> int:
+    """status / logs / cancel for one job id."""
+    if args.command == "status":
+        status = job_status(args.job_id)
+        print(f"job {status.job_id}: {status.state}" + (f" (exit {status.exit_code})" if status.exit_code else ""))
+        return 0 if status.state != "UNKNOWN" else 1
+    if args.command == "cancel":
+        status = cancel(args.job_id, wait_s=args.wait)
+        print(f"job {status.job_id}: {status.state}")
+        return 0 if status.finished else 1
+    files = log_files(args.job_id)
+    if not files:
+        print(f"no log files found for job {args.job_id}", file=sys.stderr)
+        return 1
+    for path in files if args.ray else files[:1]:
+        if len(files) > 1 and args.ray:
+            print(f"==> {path} <==")
+        sys.stdout.write(path.read_text(errors="replace"))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: `submit` by default, or `status|logs|cancel JOB` when the first word says so."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] in _JOB_COMMANDS:
+            return run_job_command(_job_parser().parse_args(argv))
+        return run_submit(_submit_parser().parse_args(argv))
+    except (RecipeError, JobSpecError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except (SlurmError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+
+
+def entry() -> None:
+    """Console script `nemo_fp8_rl.submit`."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,167 @@
+"""Submit, inspect and cancel jobs with Slurm's own commands (sbatch, squeue, scontrol, scancel).
+
+`write_job_files` puts the frozen recipe and the rendered script into `<run_dir>/slurm/`, and
+`submit` hands the script to `sbatch --parsable`. Job state is looked up in the order that works
+with and without Slurm accounting: `squeue` (queued and running jobs), then `scontrol show job`
+(finished jobs, kept for MinJobAge), then `sacct`.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+FINAL_STATES = frozenset(
+    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
+     "BOOT_FAIL", "DEADLINE"}
+)
+_JOB_ID = re.compile(r"\d+(_\d+)?")
+
+
+class SlurmError(RuntimeError):
+    """A Slurm command failed or is missing; the message holds the command and its output."""
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """State of one job as Slurm reports it (`exit_code` as `code:signal`, empty when unknown)."""
+
+    job_id: str
+    state: str
+    exit_code: str = ""
+
+    @property
+    def finished(self) -> bool:
+        """True once the job is in a final state (COMPLETED, FAILED, CANCELLED, ...)."""
+        return self.state in FINAL_STATES
+
+
+def check_job_id(job_id: str) -> str:
+    """A Slurm job id (`123` or `123_4`); anything else is refused before reaching a command."""
+    if not _JOB_ID.fullmatch(job_id):
+        raise SlurmError(f"{job_id!r} is not a Slurm job id. Fix: pass the number sbatch printed")
+    return job_id
+
+
+def _run(cmd: list[str], check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    if shutil.which(cmd[0]) is None:
+        raise SlurmError(
+            f"{cmd[0]} not found: Slurm's client commands are not installed here. Fix: run on a "
+            "Slurm login node, or start a local cluster with scripts/local-slurm.sh up"
+        )
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+    return proc
+
+
+def frozen_recipe_text(recipe: Any) -> str:
+    """The resolved recipe as YAML, without the keys `load_recipe` derives from the run name.
+
+    Loading this file again (with the same `--run-dir`) gives the same config: it is the exact
+    configuration the job trains with, independent of later edits to `recipes/` or `configs/`.
+    """
+    from nemo_fp8_rl.config.schema import DERIVED
+
+    config = copy.deepcopy(recipe.config)
+    for dotted in DERIVED:
+        *parents, leaf = dotted.split(".")
+        node = config
+        for key in parents:
+            node = node.get(key, {})
+        node.pop(leaf, None)
+    header = f"# Frozen copy of {recipe.path} as resolved at submission (derived keys removed).\n"
+    return header + yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=120)
+
+
+def write_job_files(recipe: Any, script: str, log_root: Path) -> tuple[Path, Path]:
+    """Write `<log_root>/<name>.yaml` (frozen recipe) and `<log_root>/<name>.sbatch`."""
+    log_root.mkdir(parents=True, exist_ok=True)
+    recipe_file = log_root / f"{recipe.name}.yaml"
+    recipe_file.write_text(frozen_recipe_text(recipe))
+    script_file = log_root / f"{recipe.name}.sbatch"
+    script_file.write_text(script)
+    script_file.chmod(0o755)
+    return recipe_file, script_file
+
+
+def check_syntax(script: Path) -> None:
+    """`bash -n` on the rendered script: refuse to submit something that does not parse."""
+    proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SlurmError(f"rendered script {script} does not parse: {proc.stderr.strip()}")
+
+
+def submit(script: Path) -> str:
+    """`sbatch --parsable SCRIPT` from the script's folder; returns the job id."""
+    check_syntax(script)
+    proc = _run(["sbatch", "--parsable", str(script)])
+    job_id = proc.stdout.strip().split(";")[0]
+    return check_job_id(job_id)
+
+
+def _scontrol_fields(job_id: str) -> dict[str, str]:
+    proc = _run(["scontrol", "show", "job", "-o", job_id], check=False)
+    if proc.returncode != 0 or not proc.stdout.strip():
+        return {}
+    # `Key=Value` pairs separated by spaces; values (JobName, paths) may hold spaces themselves.
+    parts = re.split(r" (?=[A-Za-z][A-Za-z/:]*=)", proc.stdout.strip())
+    return dict(p.split("=", 1) for p in parts if "=" in p)
+
+
+def job_status(job_id: str) -> JobStatus:
+    """Current state of `job_id`: squeue, then scontrol, then sacct; `UNKNOWN` if none knows it."""
+    check_job_id(job_id)
+    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
+    state = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+    fields = _scontrol_fields(job_id)
+    if fields.get("JobState"):
+        return JobStatus(job_id, fields["JobState"], fields.get("ExitCode", ""))
+    if state:
+        return JobStatus(job_id, state)
+    if shutil.which("sacct"):
+        proc = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"], check=False)
+        line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+        if line:
+            sacct_state, _, code = line.partition("|")
+            return JobStatus(job_id, sacct_state.split()[0], code)
+    return JobStatus(job_id, "UNKNOWN")
+
+
+def wait_for_state(job_id: str, timeout_s: float, poll_s: float = 0.5) -> JobStatus:
+    """Poll until the job is in a final state (or `timeout_s` passes); returns the last status."""
+    deadline = time.monotonic() + timeout_s
+    status = job_status(job_id)
+    while not status.finished and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        status = job_status(job_id)
+    return status
+
+
+def cancel(job_id: str, wait_s: float = 120.0) -> JobStatus:
+    """`scancel JOB`, then wait until Slurm reports a final state (its steps are gone by then)."""
+    _run(["scancel", check_job_id(job_id)])
+    return wait_for_state(job_id, wait_s)
+
+
+def log_files(job_id: str, search_root: Path = Path("runs")) -> list[Path]:
+    """The job's output file, then its Ray and step logs in `<run_dir>/slurm/<job_id>/`.
+
+    The output path comes from `scontrol`; for jobs Slurm has forgotten, `search_root` is searched
+    for `*/slurm/slurm-<job_id>.out`.
+    """
+    check_job_id(job_id)
+    out = _scontrol_fields(job_id).get("StdOut", "")
+    candidates = [Path(out)] if out else sorted(search_root.glob(f"*/slurm/slurm-{job_id}.out"))
+    files = [p for p in candidates if p.is_file()]
+    for main in list(files):
+        files += sorted(p for p in (main.parent / job_id).glob("*.log") if p.is_file())
+    return files

@@ -1,0 +1,106 @@
+"""Render an sbatch script from a `JobSpec` and a template in `slurm/`.
+
+The template is plain bash with two placeholders, `@@{sbatch_header}` and `@@{settings}` (the
+`@@` delimiter keeps bash's own `$` untouched). The header holds the `#SBATCH` lines; each value
+in it is double-quoted, which sbatch's line parser strips (values with `"` or `\\` were rejected
+in `spec`). The settings block assigns one shell variable per value, each `shlex.quote`d, so a
+value is only ever data: the fixed template code reads the variables, always double-quoted.
+Nothing from a recipe or a flag is pasted into the template's code.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from string import Template
+
+from nemo_fp8_rl.slurm.spec import JobSpec
+
+TEMPLATE_NAME = "ray-job.sbatch"
+
+
+class _Template(Template):
+    delimiter = "@@"
+
+
+def default_template() -> Path:
+    """The project's `slurm/ray-job.sbatch` (next to `recipes/`, see `config.project_root`)."""
+    from nemo_fp8_rl.config import project_root
+
+    return project_root() / "slurm" / TEMPLATE_NAME
+
+
+def sbatch_header(spec: JobSpec) -> list[str]:
+    """`#SBATCH` lines: name, shape, limits, GPUs only when the job has any, log path."""
+    opts: list[tuple[str, str | None]] = [
+        ("job-name", spec.job_name),
+        ("nodes", str(spec.nodes)),
+        ("ntasks-per-node", "1"),
+        ("time", spec.time),
+    ]
+    if spec.account:
+        opts.append(("account", spec.account))
+    if spec.partition:
+        opts.append(("partition", spec.partition))
+    gres = step_gres(spec)
+    if gres:
+        opts.append(("gres", gres))
+    if spec.exclusive:
+        opts.append(("exclusive", None))
+    opts.append(("output", f"{spec.log_root}/slurm-%j.out"))
+    lines = [f"#SBATCH --{k}" if v is None else f'#SBATCH --{k}="{v}"' for k, v in opts]
+    lines += [f"#SBATCH {_quote_sbatch_arg(a)}" for a in spec.extra_sbatch_args]
+    return lines
+
+
+def step_gres(spec: JobSpec) -> str:
+    """GRES per node: `slurm.gres_per_node`, else `gpu:<cluster.gpus_per_node>`, else none."""
+    if spec.gres_per_node:
+        return spec.gres_per_node
+    return f"gpu:{spec.gpus_per_node}" if spec.gpus_per_node > 0 else ""
+
+
+def _quote_sbatch_arg(arg: str) -> str:
+    flag, sep, value = arg.partition("=")
+    return f'{flag}="{value}"' if sep else flag
+
+
+def settings(spec: JobSpec) -> list[str]:
+    """Shell assignments, one per value, each quoted; then the job's environment, exported."""
+    values = {
+        "RUN_DIR": str(spec.run_dir),
+        "RECIPE_FILE": str(spec.recipe_file),
+        "WORKDIR": str(spec.workdir),
+        "NUM_NODES": str(spec.nodes),
+        "GPUS_PER_NODE": str(spec.gpus_per_node),
+        "STEP_GRES": step_gres(spec),
+        "CONTAINER_IMAGE": spec.container or "",
+        "CONTAINER_MOUNTS": ",".join(spec.mounts),
+        "PYTHON_BIN_DIR": str(spec.python_bin_dir or ""),
+        "SETUP_COMMAND": spec.setup_command or "",
+        "RAY_WAIT_TIMEOUT_S": str(spec.ray_wait_timeout_s),
+    }
+    lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
+    lines.append("export " + " ".join(values))
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in spec.env]
+    return lines
+
+
+def render_sbatch(spec: JobSpec, template: Path | None = None) -> str:
+    """The complete sbatch script for `spec` (bash), from `template` or the project's default."""
+    path = Path(template) if template is not None else default_template()
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"sbatch template {path} not found. Fix: pass --template FILE or set NEMO_FP8_RL_HOME "
+            "to the project checkout that holds slurm/"
+        )
+    text = _Template(path.read_text())
+    try:
+        return text.substitute(
+            sbatch_header="\n".join(sbatch_header(spec)), settings="\n".join(settings(spec))
+        )
+    except (KeyError, ValueError) as err:
+        raise ValueError(
+            f"sbatch template {path} has an unknown or malformed @@{{...}} placeholder ({err}); "
+            "the known ones are @@{sbatch_header} and @@{settings}"
+        ) from err

@@ -1,0 +1,204 @@
+"""What one Slurm job needs, gathered from a recipe and command-line flags, and checked.
+
+`JobSpec` is the only input of the renderer. Every value in it that came from a recipe or a flag
+has been checked here: control characters (newlines above all) are rejected everywhere, since a
+newline in a value could start a new `#SBATCH` line or a new shell command; values that go into
+`#SBATCH` lines additionally may not hold `"` or `\\`, which sbatch's own line parser treats
+specially. Everything else reaches the script quoted (see `nemo_fp8_rl.slurm.render`).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SBATCH_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*")
+_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
+
+
+class JobSpecError(ValueError):
+    """A value cannot be put into an sbatch script; the message says which, why and how to fix it."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """Everything the sbatch template needs for one job (paths absolute)."""
+
+    job_name: str
+    nodes: int
+    gpus_per_node: int
+    run_dir: Path
+    recipe_file: Path
+    workdir: Path
+    time: str = "04:00:00"
+    account: str | None = None
+    partition: str | None = None
+    container: str | None = None
+    mounts: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    setup_command: str | None = None
+    gres_per_node: str | None = None
+    extra_sbatch_args: tuple[str, ...] = ()
+    exclusive: bool = True
+    python_bin_dir: Path | None = None
+    ray_wait_timeout_s: int = 1800
+
+    @property
+    def log_root(self) -> Path:
+        """Where the job's script, frozen recipe and logs live: `<run_dir>/slurm`."""
+        return self.run_dir / "slurm"
+
+
+def reject_control(value: str, where: str) -> str:
+    """Return `value` unchanged, or raise if it holds a newline or another control character."""
+    match = _CONTROL.search(value)
+    if match:
+        raise JobSpecError(
+            f"{where}: value {value!r} contains the control character {match.group()!r} "
+            f"at position {match.start()}; newlines and control characters cannot be passed to a "
+            "job script. Fix: remove it from the recipe or flag"
+        )
+    return value
+
+
+def check_header_value(value: str, where: str) -> str:
+    """A value for an `#SBATCH` line: no control characters, no `"` or `\\` (sbatch parses them)."""
+    reject_control(value, where)
+    if not value:
+        raise JobSpecError(f"{where}: empty value. Fix: give a value or leave the setting unset")
+    bad = sorted({c for c in value if c in '"\\'})
+    if bad:
+        raise JobSpecError(
+            f"{where}: value {value!r} contains {' and '.join(bad)}, which sbatch's #SBATCH parser "
+            "treats as quoting. Fix: remove those characters"
+        )
+    return value
+
+
+def check_time(value: str, where: str = "slurm.time") -> str:
+    """A Slurm time limit: `MM`, `MM:SS`, `HH:MM:SS`, `D-HH[:MM[:SS]]` or `UNLIMITED`."""
+    check_header_value(value, where)
+    if not _TIME.fullmatch(value):
+        raise JobSpecError(
+            f"{where}: {value!r} is not a Slurm time limit. Fix: use HH:MM:SS, D-HH:MM:SS or minutes"
+        )
+    return value
+
+
+def check_mount(mount: str, where: str) -> str:
+    """One pyxis mount, `SRC[:DST[:FLAGS]]`: no commas (the list separator), no control characters."""
+    reject_control(mount, where)
+    if not mount or "," in mount or mount.count(":") > 2:
+        raise JobSpecError(
+            f"{where}: {mount!r} is not a mount of the form SRC[:DST[:FLAGS]]. Fix: one mount per "
+            "list item (or comma-separated on the command line), with no empty items"
+        )
+    return mount
+
+
+def check_env(env: Mapping[str, Any], where: str = "slurm.env") -> tuple[tuple[str, str], ...]:
+    """Environment for every step: names must be shell identifiers; values become strings."""
+    items = []
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            raise JobSpecError(
+                f"{where}: {name!r} is not a valid environment variable name. "
+                "Fix: use letters, digits and underscores, not starting with a digit"
+            )
+        text = "" if value is None else str(value)
+        items.append((name, reject_control(text, f"{where}.{name}")))
+    return tuple(items)
+
+
+def check_sbatch_arg(arg: str, where: str) -> str:
+    """An extra sbatch option, `--flag` or `--flag=value` (value rules as for other header values)."""
+    check_header_value(arg, where)
+    flag = arg.split("=", 1)[0]
+    if not _SBATCH_FLAG.fullmatch(flag):
+        raise JobSpecError(
+            f"{where}: {arg!r} is not an sbatch option. Fix: write it as --name or --name=value"
+        )
+    return arg
+
+
+def split_mounts(text: str) -> tuple[str, ...]:
+    """`--mounts a:b,c:d` -> ("a:b", "c:d"); each item is checked with `check_mount`."""
+    return tuple(check_mount(m, "--mounts") for m in text.split(","))
+
+
+def _positive_int(value: Any, where: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise JobSpecError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def build_job_spec(
+    recipe: Any,
+    recipe_file: Path,
+    *,
+    flags: Mapping[str, Any] | None = None,
+    workdir: Path | None = None,
+    python_bin_dir: Path | None = None,
+) -> JobSpec:
+    """A checked `JobSpec` from a loaded `Recipe`, its frozen copy and command-line flags.
+
+    Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`) override the recipe's
+    `slurm` section; nodes and GPUs come from `cluster`. Without a container, the job puts the
+    submitting interpreter's directory first on PATH (`python_bin_dir`, default: this Python's).
+    """
+    cfg = dict(recipe.config.get("slurm") or {})
+    cfg.update({k: v for k, v in (flags or {}).items() if v is not None})
+    cluster = recipe.config.get("cluster") or {}
+    container = cfg.get("container")
+    if python_bin_dir is None and not container:
+        python_bin_dir = Path(sys.executable).parent
+    mounts = cfg.get("mounts") or ()
+    spec = JobSpec(
+        job_name=check_header_value(str(cfg.get("job_name") or recipe.name), "job name"),
+        nodes=_positive_int(cluster.get("num_nodes", 1), "cluster.num_nodes", 1),
+        gpus_per_node=_positive_int(cluster.get("gpus_per_node", 0), "cluster.gpus_per_node", 0),
+        run_dir=Path(recipe.run_dir).absolute(),
+        recipe_file=Path(recipe_file).absolute(),
+        workdir=(workdir or Path.cwd()).absolute(),
+        time=check_time(str(cfg.get("time") or "04:00:00")),
+        account=_optional_header(cfg.get("account"), "slurm.account / --account"),
+        partition=_optional_header(cfg.get("partition"), "slurm.partition / --partition"),
+        container=_optional(container, "slurm.container / --container"),
+        mounts=tuple(check_mount(m, f"slurm.mounts[{i}]") for i, m in enumerate(mounts)),
+        env=check_env(cfg.get("env") or {}),
+        setup_command=_optional(cfg.get("setup_command"), "slurm.setup_command"),
+        gres_per_node=_optional_header(cfg.get("gres_per_node"), "slurm.gres_per_node"),
+        extra_sbatch_args=_sbatch_args(cfg.get("extra_sbatch_args") or ()),
+        exclusive=bool(cfg.get("exclusive", True)),
+        python_bin_dir=python_bin_dir,
+    )
+    return check_paths(spec)
+
+
+def check_paths(spec: JobSpec) -> JobSpec:
+    """Paths end up in `#SBATCH --output` and in the script: same rules as other values."""
+    check_header_value(str(spec.log_root), "run directory (--run-dir)")
+    for name in ("recipe_file", "workdir", "python_bin_dir"):
+        value = getattr(spec, name)
+        if value is not None:
+            reject_control(str(value), name)
+    return spec
+
+
+def _optional(value: Any, where: str) -> str | None:
+    return None if value in (None, "") else reject_control(str(value), where)
+
+
+def _optional_header(value: Any, where: str) -> str | None:
+    return None if value in (None, "") else check_header_value(str(value), where)
+
+
+def _sbatch_args(args: Iterable[str]) -> tuple[str, ...]:
+    return tuple(check_sbatch_arg(str(a), f"slurm.extra_sbatch_args[{i}]") for i, a in enumerate(args))
+
