@@ -1,0 +1,146 @@
+"""`nemo_fp8_rl.compare A B [C ...] [key=value ...]`: compare recipes, or compare runs.
+
+- Recipes (paths or short names such as `tiny/grpo-tiny-qwen3-cpu-fp8`): the resolved diff,
+  grouped precision / refit / calibration / other, with a warning when a pair differs outside
+  the precision groups. Trailing `dotted.key=value` overrides apply to every recipe.
+- Runs (run directories, NeMo RL log directories, `metrics.jsonl` or event files): a summary
+  table and one verdict per FP8 run in the terminal, plus `report.md`, `report.html` and PNG
+  plots in `--out` (default `results/compare-<first>-vs-<second>`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from nemo_fp8_rl.cli.common import run_main
+
+_RUN_FILES = ("metrics.jsonl",)
+
+
+def _kind(item: str) -> str:
+    """ "run" (a directory, a metrics JSONL or an event file), "recipe", or "unknown"."""
+    from nemo_fp8_rl.config import RecipeError, resolve_ref
+
+    path = Path(item)
+    if path.is_dir() or (
+        path.is_file() and (path.name in _RUN_FILES or path.name.startswith("events.out.tfevents."))
+    ):
+        return "run"
+    try:
+        resolve_ref(item)
+    except RecipeError:
+        return "unknown"
+    return "recipe"
+
+
+def _split(items: list[str]) -> tuple[list[str], list[str]]:
+    """Separate trailing `key=value` overrides from the things to compare."""
+    targets = [i for i in items if "=" not in i or Path(i).exists()]
+    overrides = [i for i in items if i not in targets]
+    return targets, overrides
+
+
+def _unique_names(paths: list[Path]) -> list[str]:
+    """Run names: the directory name, with its parent prepended where two would collide."""
+    names = [p.name if p.is_dir() else p.parent.name for p in paths]
+    return [
+        f"{p.resolve().parent.name}/{n}" if names.count(n) > 1 else n
+        for p, n in zip(paths, names, strict=True)
+    ]
+
+
+def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> int:
+    """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
+    from nemo_fp8_rl.compare import diff_configs
+    from nemo_fp8_rl.config import load_recipe, short_name
+    from nemo_fp8_rl.report import print_diff, render_diff_markdown
+
+    recipes = [load_recipe(ref, overrides) for ref in refs]
+    diff = diff_configs([short_name(r.path) for r in recipes], [r.config for r in recipes])
+    print_diff(diff)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "recipes.md").write_text("\n".join(render_diff_markdown(diff)), encoding="utf-8")
+        print(f"wrote {out / 'recipes.md'}")
+    return 0
+
+
+def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
+    """Read the runs, print the table and verdicts, write the report files."""
+    from nemo_fp8_rl.compare import compare_runs
+    from nemo_fp8_rl.report import print_comparison, write_report
+    from nemo_fp8_rl.runs import load_run
+
+    start = time.perf_counter()
+    paths = [Path(i) for i in items]
+    runs = [load_run(p, name) for p, name in zip(paths, _unique_names(paths), strict=True)]
+    comparison = compare_runs(runs, tolerance_points=tolerance)
+    print_comparison(comparison)
+    out = out or Path("results") / f"compare-{runs[0].name}-vs-{runs[1].name}".replace("/", "_")
+    files = write_report(comparison, out, plots=plots)
+    print(
+        f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots) in {time.perf_counter() - start:.2f} s"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse arguments and compare recipes or runs; returns the exit code."""
+    from nemo_fp8_rl.compare import DEFAULT_TOLERANCE_POINTS
+    from nemo_fp8_rl.runs import RunReadError
+
+    parser = argparse.ArgumentParser(
+        prog="nemo_fp8_rl.compare",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "items",
+        nargs="+",
+        metavar="RUN|RECIPE|key=value",
+        help="two or more runs or recipes, then overrides (recipes only)",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="report directory")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
+    parser.add_argument(
+        "--tolerance-points",
+        type=float,
+        default=DEFAULT_TOLERANCE_POINTS,
+        help="accuracy gap (points) still called a match",
+    )
+    args = parser.parse_args(argv)
+    targets, overrides = _split(args.items)
+    if len(targets) < 2:
+        parser.error(f"give two or more runs or recipes to compare, got {len(targets)}: {targets}")
+    kinds = {t: _kind(t) for t in targets}
+    unknown = [t for t, k in kinds.items() if k == "unknown"]
+    if unknown:
+        print(
+            f"error: {', '.join(unknown)}: neither a run (no such directory or metrics file) nor a "
+            "recipe (see `nemo_fp8_rl.recipes list`)",
+            file=sys.stderr,
+        )
+        return 2
+    if len(set(kinds.values())) > 1:
+        runs = [t for t, k in kinds.items() if k == "run"]
+        recipes = [t for t, k in kinds.items() if k == "recipe"]
+        parser.error(f"give either runs or recipes, not both (runs: {runs}; recipes: {recipes})")
+    is_runs = set(kinds.values()) == {"run"}
+    if is_runs and overrides:
+        parser.error(f"overrides apply to recipes only; a run's recipe is fixed (got {overrides})")
+    try:
+        if not is_runs:
+            return compare_recipes(targets, overrides, args.out)
+        return compare_run_dirs(targets, args.out, not args.no_plots, args.tolerance_points)
+    except (RunReadError, ValueError) as exc:  # RecipeError is a ValueError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+entry = run_main(main)
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,418 @@
+"""Compare BF16 and FP8: what differs between recipes, and how their runs differ.
+
+Two questions, two halves of this module:
+
+1. *Recipes.* `diff_configs` flattens resolved configs to dotted keys and groups every key whose
+   value differs: `precision` (FP8 in vLLM and Megatron, and the keys FP8 recipes must change with
+   it), `refit`, `calibration` (`loss_fn.calibration`), `derived` (paths and names that follow
+   from the file name) and `other`. A BF16/FP8 pair is a fair comparison only when nothing
+   differs under `other`; otherwise the diff carries a warning naming the keys.
+2. *Runs.* `compare_runs` reads metrics (see `nemo_fp8_rl.runs`), aligns them by step, reduces
+   each to the summary columns in `COLUMNS`, finds entropy surges, and writes one verdict per FP8
+   run against the reference (the first BF16 run, else the first run).
+
+Everything here is plain data and numpy: rendering lives in `nemo_fp8_rl.report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from nemo_fp8_rl.runs import RunData, Series
+
+# Keys an FP8 recipe changes together with the precision switch (nemo-rl reference, section 2).
+PRECISION_PREFIXES = (
+    "policy.megatron_cfg.fp8_cfg.",
+    "policy.megatron_cfg.env_vars.NVTE_FP8",
+    "policy.megatron_cfg.optimizer.use_precision_aware_optimizer",
+    "policy.megatron_cfg.moe_router_dtype",
+    "policy.generation.vllm_cfg.precision",
+    "policy.generation.vllm_cfg.kv_cache_dtype",
+    "policy.generation.vllm_cfg.use_deep_gemm",
+    "policy.generation.vllm_cfg.is_mx",
+    "policy.generation.vllm_cfg.num_first_layers_in_bf16",
+    "policy.generation.vllm_cfg.num_last_layers_in_bf16",
+    "policy.generation.vllm_cfg.pow2_",
+    "policy.generation.vllm_cfg.quantization_ignored_layer_kws",
+    "policy.generation.vllm_cfg.gpu_memory_utilization",
+    "policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+    "loss_fn.use_importance_sampling_correction",
+    "loss_fn.truncated_importance_sampling_",
+)
+REFIT_PREFIXES = ("refit.", "policy.refit_", "policy.generation.refit_")
+CALIBRATION_PREFIXES = ("loss_fn.calibration.",)
+DERIVED_KEYS = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
+GROUPS = ("precision", "refit", "calibration", "other", "derived")
+ABSENT = "<absent>"
+
+TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
+DEFAULT_TOLERANCE_POINTS = 2.0
+
+
+# --------------------------------------------------------------------------- recipe diff
+
+
+def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Flatten nested dicts to `{"a.b.c": leaf}`; lists are leaves, empty dicts hold no keys."""
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten(value, dotted + "."))
+        else:
+            out[dotted] = value
+    return out
+
+
+def group_of(key: str) -> str:
+    """The diff group of a dotted key: precision, refit, calibration, derived or other."""
+    if key in DERIVED_KEYS:
+        return "derived"
+    for group, prefixes in (
+        ("calibration", CALIBRATION_PREFIXES),
+        ("precision", PRECISION_PREFIXES),
+        ("refit", REFIT_PREFIXES),
+    ):
+        if key.startswith(prefixes):
+            return group
+    return "other"
+
+
+@dataclass(frozen=True)
+class DiffEntry:
+    """One differing key: its value in each config (`ABSENT` where a config lacks it)."""
+
+    key: str
+    values: tuple[Any, ...]
+    group: str
+
+
+@dataclass
+class RecipeDiff:
+    """The keys whose values differ between two or more resolved configs."""
+
+    names: list[str]
+    entries: list[DiffEntry]
+    warnings: list[str] = field(default_factory=list)
+
+    def by_group(self) -> dict[str, list[DiffEntry]]:
+        """Entries by group, in `GROUPS` order, empty groups left out."""
+        grouped = {g: [e for e in self.entries if e.group == g] for g in GROUPS}
+        return {g: entries for g, entries in grouped.items() if entries}
+
+    @property
+    def fair(self) -> bool:
+        """True when the configs differ only in precision, refit, calibration and derived keys."""
+        return not any(e.group == "other" for e in self.entries)
+
+
+def diff_configs(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> RecipeDiff:
+    """Diff resolved configs key by key (n-way: a key differs unless all values are equal).
+
+    Raises:
+        ValueError: fewer than two configs, or names and configs of different lengths.
+    """
+    if len(configs) < 2 or len(names) != len(configs):
+        raise ValueError(
+            f"need two or more configs with one name each, got {len(configs)} configs and {len(names)} names"
+        )
+    flat = [flatten(c) for c in configs]
+    keys = sorted(set().union(*flat))
+    entries = []
+    for key in keys:
+        values = tuple(f.get(key, ABSENT) for f in flat)
+        if any(v != values[0] for v in values[1:]):
+            entries.append(DiffEntry(key, values, group_of(key)))
+    diff = RecipeDiff(list(names), entries)
+    other = [e.key for e in entries if e.group == "other"]
+    if other:
+        shown = ", ".join(other[:8]) + (f" and {len(other) - 8} more" if len(other) > 8 else "")
+        diff.warnings.append(
+            f"not a fair precision comparison: {len(other)} key(s) differ outside the "
+            f"precision/refit/calibration groups: {shown}"
+        )
+    return diff
+
+
+def precision_of(config: Mapping[str, Any] | None) -> str:
+    """The run precision: `fp8` when vLLM rollout or Megatron training is FP8, else `bf16`; `?` unknown."""
+    if not config:
+        return "?"
+    flat = flatten(config)
+    rollout = flat.get("policy.generation.vllm_cfg.precision") == "fp8"
+    training = flat.get("policy.megatron_cfg.fp8_cfg.enabled") is True
+    return "fp8" if rollout or training else "bf16"
+
+
+# --------------------------------------------------------------------------- run metrics
+
+# Canonical name first, then the names NeMo RL logs the same quantity under.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "timing/train/generate": ("timing/train/generation",),
+    "timing/train/logprobs": ("timing/train/policy_and_reference_logprobs",),
+    "timing/train/refit": (
+        "timing/train/prepare_for_generation/total",
+        "timing/train/prepare_for_generation",
+    ),
+    "throughput/tokens_per_sec": ("timing/train/valid_tokens_per_sec_per_gpu",),
+    "train/entropy": ("train/approx_entropy",),
+}
+
+
+def series_for(run: RunData, metric: str) -> tuple[Series | None, str | None]:
+    """The run's series for `metric` or its first logged alias, with the name actually found."""
+    for name in (metric, *ALIASES.get(metric, ())):
+        found = run.get(name)
+        if found is not None:
+            return found, name
+    return None, None
+
+
+def _last(s: Series) -> float:
+    return float(s.values[-1])
+
+
+def _best(s: Series) -> float:
+    return float(np.max(s.values))
+
+
+def _tail(s: Series) -> float:
+    return float(np.mean(s.values[-TAIL_STEPS:]))
+
+
+def _mean(s: Series) -> float:
+    return float(np.mean(s.values))
+
+
+def _steady(s: Series) -> float:
+    """Mean without the first logged step (warm-up, compilation, first allocation)."""
+    return float(np.mean(s.values[1:] if len(s) > 1 else s.values))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One summary column: a metric reduced over the run's finite points."""
+
+    key: str
+    header: str
+    metric: str
+    reduce: Callable[[Series], float]
+    fmt: str = "{:.3f}"
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("val_acc_final", "val acc final", "validation/accuracy", _last),
+    Column("val_acc_best", "val acc best", "validation/accuracy", _best),
+    Column("reward", "reward (last 10)", "train/reward", _tail),
+    Column("entropy", "entropy (last 10)", "train/entropy", _tail),
+    Column("clip_low_neg", "clip<L, A<0", "train/clip_lower_frac_neg", _mean, "{:.4f}"),
+    Column("clip_high_pos", "clip>H, A>0", "train/clip_upper_frac_pos", _mean, "{:.4f}"),
+    Column("clip_dual_neg", "dual clip, A<0", "train/clip_dual_frac_neg", _mean, "{:.4f}"),
+    Column("calib_low", "L final", "train/calib_low", _last),
+    Column("calib_high", "H final", "train/calib_high", _last),
+    Column(
+        "token_mult_prob_error",
+        "token_mult_prob_error",
+        "train/token_mult_prob_error",
+        _mean,
+        "{:.4f}",
+    ),
+    Column("gen_kl_error", "gen_kl_error", "train/gen_kl_error", _mean, "{:.2e}"),
+    Column("step_time", "step s", "timing/train/total_step_time", _steady, "{:.2f}"),
+    Column("t_generate", "generate s", "timing/train/generate", _steady, "{:.2f}"),
+    Column("t_logprobs", "logprobs s", "timing/train/logprobs", _steady, "{:.2f}"),
+    Column("t_train", "train s", "timing/train/policy_training", _steady, "{:.2f}"),
+    Column("t_refit", "refit s", "timing/train/refit", _steady, "{:.2f}"),
+    Column("t_shadow", "shadow s", "timing/train/shadow", _steady, "{:.2f}"),
+    Column("tokens_per_sec", "tokens/s", "throughput/tokens_per_sec", _steady, "{:.0f}"),
+)
+SPEEDUP_HEADER = "speedup"
+
+
+@dataclass
+class RunSummary:
+    """One run reduced to the summary columns (NaN where a metric is missing)."""
+
+    name: str
+    precision: str
+    last_step: int
+    values: dict[str, float]
+    best_val_step: int | None
+    surge_step: int | None
+    missing: list[str]
+    notes: list[str]
+
+
+@dataclass
+class Comparison:
+    """Runs, their summaries, the diff of their recipes, and one verdict per FP8 run."""
+
+    runs: list[RunData]
+    summaries: list[RunSummary]
+    recipe_diff: RecipeDiff | None
+    verdicts: list[str]
+    reference: int
+
+
+def entropy_surges(entropy: Series) -> list[int]:
+    """Steps where entropy surges began, by the project's detector (`nemo_fp8_rl.diagnostics`)."""
+    from nemo_fp8_rl.diagnostics import detect_entropy_surges
+
+    return detect_entropy_surges(entropy.steps.tolist(), entropy.values.tolist())
+
+
+def summarize_run(run: RunData) -> RunSummary:
+    """Reduce one run to `COLUMNS`, record which metrics it lacks, and find an entropy surge."""
+    values: dict[str, float] = {}
+    missing: list[str] = []
+    notes = list(run.notes)
+    for column in COLUMNS:
+        series, found = series_for(run, column.metric)
+        series = series.finite() if series is not None else None
+        if series is None or not len(series):
+            values[column.key] = float("nan")
+            if column.metric not in missing:
+                missing.append(column.metric)
+            continue
+        values[column.key] = column.reduce(series)
+        alias_note = f"{column.metric} read from {found}"
+        if found != column.metric and alias_note not in notes:
+            notes.append(alias_note)
+    accuracy = run.get("validation/accuracy")
+    best_step = None
+    if accuracy is not None and len(accuracy.finite()):
+        finite = accuracy.finite()
+        best_step = int(finite.steps[int(np.argmax(finite.values))])
+    entropy, _ = series_for(run, "train/entropy")
+    onsets = entropy_surges(entropy) if entropy is not None else []
+    if len(onsets) > 1:
+        notes.append(f"entropy surges began at steps {', '.join(map(str, onsets))}")
+    surge = onsets[0] if onsets else None
+    return RunSummary(
+        run.name, precision_of(run.config), run.last_step, values, best_step, surge, missing, notes
+    )
+
+
+def align(runs: Sequence[RunData], metric: str) -> tuple[np.ndarray, np.ndarray]:
+    """All runs' values of `metric` on the union of their steps: (steps, values[run, step]), NaN where absent."""
+    found = [series_for(r, metric)[0] for r in runs]
+    steps = np.unique(
+        np.concatenate([s.steps for s in found if s is not None] or [np.zeros(0, np.int64)])
+    )
+    table = np.full((len(runs), steps.size), np.nan)
+    for i, series in enumerate(found):
+        if series is not None:
+            table[i, np.searchsorted(steps, series.steps)] = series.values
+    return steps, table
+
+
+def speedup(reference: RunData, run: RunData) -> float:
+    """Mean step time of `reference` over that of `run`, on the steps both logged (first one dropped).
+
+    speedup = mean_{k in K} t_ref(k) / mean_{k in K} t_run(k), K = common steps after the first;
+    each run's own steady mean when the two share no step. NaN when either lacks timing.
+    """
+    steps, table = align([reference, run], "timing/train/total_step_time")
+    both = np.isfinite(table).all(axis=0)
+    if both.sum() > 1:
+        ref, cur = table[0, both][1:], table[1, both][1:]
+    else:
+        ref, cur = (table[i][np.isfinite(table[i])][1:] for i in (0, 1))
+    if not ref.size or not cur.size or np.mean(cur) <= 0:
+        return float("nan")
+    return float(np.mean(ref) / np.mean(cur))
+
+
+def accuracy_gap(reference: RunData, run: RunData) -> tuple[float, str, int] | None:
+    """Points (x100) by which `run` is above `reference`, on the last step both logged.
+
+    Validation accuracy at the last common validation step; without it, the mean reward of the
+    last `TAIL_STEPS` common steps. Returns (points, what was compared, step), or None.
+    """
+    for metric, label in (
+        ("validation/accuracy", "validation accuracy"),
+        ("train/reward", "reward"),
+    ):
+        steps, table = align([reference, run], metric)
+        both = np.flatnonzero(np.isfinite(table).all(axis=0))
+        if both.size:
+            picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
+            gap = np.mean(table[1, picked]) - np.mean(table[0, picked])
+            return float(100.0 * gap), label, int(steps[both[-1]])
+    return None
+
+
+def verdict(
+    reference: RunSummary,
+    summary: RunSummary,
+    gap: tuple[float, str, int] | None,
+    speed: float,
+    tolerance_points: float,
+) -> str:
+    """One line: accuracy against the reference, speed, and entropy health of one run."""
+    ref = "BF16" if reference.precision == "bf16" else reference.name
+    if gap is None:
+        accuracy = (
+            "accuracy not comparable (neither validation/accuracy nor train/reward in both runs)"
+        )
+    elif abs(gap[0]) <= tolerance_points:
+        accuracy = f"matches {ref} within {abs(gap[0]):.1f} points ({gap[1]}, step {gap[2]})"
+    else:
+        side = "above" if gap[0] > 0 else "below"
+        accuracy = f"{abs(gap[0]):.1f} points {side} {ref} ({gap[1]}, step {gap[2]})"
+    pace = (
+        "speed unknown (no timing/train/total_step_time)"
+        if not np.isfinite(speed)
+        else (f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower")
+    )
+    if "train/entropy" in summary.missing:
+        health = "entropy not logged"
+    elif summary.surge_step is None:
+        health = "no entropy surge"
+    else:
+        health = f"entropy surge at step {summary.surge_step}"
+    return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace}, {health}"
+
+
+def _reference_index(summaries: Sequence[RunSummary]) -> int:
+    """The first BF16 run, else the first run."""
+    return next((i for i, s in enumerate(summaries) if s.precision == "bf16"), 0)
+
+
+def compare_runs(
+    runs: Sequence[RunData], tolerance_points: float = DEFAULT_TOLERANCE_POINTS
+) -> Comparison:
+    """Summaries, recipe diff (when every run saved its recipe) and verdicts for two or more runs.
+
+    Every run that is not BF16 (FP8, or of unknown precision) other than the reference gets a
+    verdict; the speedup column is each run's speed over the first run.
+
+    Raises:
+        ValueError: fewer than two runs.
+    """
+    if len(runs) < 2:
+        raise ValueError(f"compare needs two or more runs, got {len(runs)}")
+    summaries = [summarize_run(r) for r in runs]
+    for run, summary in zip(runs, summaries, strict=True):
+        summary.values["speedup"] = speedup(runs[0], run)
+    ref = _reference_index(summaries)
+    verdicts = [
+        verdict(
+            summaries[ref], s, accuracy_gap(runs[ref], r), speedup(runs[ref], r), tolerance_points
+        )
+        for i, (r, s) in enumerate(zip(runs, summaries, strict=True))
+        if i != ref and s.precision != "bf16"
+    ]
+    configs = [r.config for r in runs]
+    diff = diff_configs([r.name for r in runs], configs) if all(configs) else None
+    return Comparison(list(runs), summaries, diff, verdicts, ref)
+
+
+if __name__ == "__main__":  # `python -m nemo_fp8_rl.compare`, same as the console script
+    from nemo_fp8_rl.cli.compare import entry
+
+    entry()

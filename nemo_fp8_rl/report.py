@@ -1,0 +1,354 @@
+"""Render a `Comparison`: a terminal table (rich), `report.md`, a self-contained `report.html`, PNG plots.
+
+The tables are built once as rows of strings (`summary_rows`, `diff_rows`) and written three
+ways, so the terminal, Markdown and HTML always agree. Plots are described by data first
+(`plot_data`: for each panel, each run's steps and values, exactly as read) and drawn second
+(`draw_plot`), so tests can check what a figure shows without reading pixels. matplotlib is
+imported only when a plot is drawn: it costs about a second, more than reading two long runs.
+The HTML embeds the PNGs as base64 data URIs, so the one file can be mailed or attached.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nemo_fp8_rl.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff, series_for
+
+MISSING = "-"
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    """One PNG: a file stem, a title, and one panel per (metric, axis label)."""
+
+    name: str
+    title: str
+    panels: tuple[tuple[str, str], ...]
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec(
+        "reward_accuracy",
+        "Reward and validation accuracy",
+        (("train/reward", "reward"), ("validation/accuracy", "validation accuracy")),
+    ),
+    PlotSpec(
+        "entropy", "Policy entropy (dotted: surge onset)", (("train/entropy", "entropy (nats)"),)
+    ),
+    PlotSpec(
+        "clip_lower_neg",
+        "Lower-bound clip fraction, negative-advantage tokens",
+        (("train/clip_lower_frac_neg", "fraction of A<0 tokens"),),
+    ),
+    PlotSpec(
+        "calibrated_bounds",
+        "Clip bounds in force",
+        (("train/calib_low", "L (lower)"), ("train/calib_high", "H (upper)")),
+    ),
+    PlotSpec(
+        "mismatch",
+        "Rollout / trainer mismatch",
+        (
+            ("train/token_mult_prob_error", "token_mult_prob_error"),
+            ("train/gen_kl_error", "gen_kl_error"),
+        ),
+    ),
+    PlotSpec("step_time", "Step time", (("timing/train/total_step_time", "seconds per step"),)),
+)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One run's line on one panel."""
+
+    run: str
+    steps: np.ndarray
+    values: np.ndarray
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths written by `write_report`."""
+
+    markdown: Path
+    html: Path
+    plots: dict[str, Path]
+
+
+def fmt(value: float, template: str) -> str:
+    """Format a number with `template`; NaN (a missing metric) shows as `MISSING`."""
+    return MISSING if value is None or not math.isfinite(value) else template.format(value)
+
+
+def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """The summary transposed for reading: one row per metric, one column per run."""
+    headers = ["metric", *(f"{s.name} ({s.precision})" for s in comparison.summaries)]
+    rows = [["last step", *(str(s.last_step) for s in comparison.summaries)]]
+    for column in COLUMNS:
+        rows.append(
+            [column.header, *(fmt(s.values[column.key], column.fmt) for s in comparison.summaries)]
+        )
+        if column.key == "val_acc_best":
+            rows.append(
+                [
+                    "best val step",
+                    *(
+                        MISSING if s.best_val_step is None else str(s.best_val_step)
+                        for s in comparison.summaries
+                    ),
+                ]
+            )
+    rows.append(
+        [SPEEDUP_HEADER, *(fmt(s.values["speedup"], "{:.2f}x") for s in comparison.summaries)]
+    )
+    rows.append(
+        [
+            "entropy surge",
+            *(
+                "none" if s.surge_step is None else f"step {s.surge_step}"
+                for s in comparison.summaries
+            ),
+        ]
+    )
+    return headers, rows
+
+
+def diff_rows(diff: RecipeDiff) -> tuple[list[str], list[list[str]]]:
+    """Recipe differences as rows `group | key | value per config`."""
+    headers = ["group", "key", *diff.names]
+    rows = [
+        [group, e.key, *(str(v) for v in e.values)]
+        for group, entries in diff.by_group().items()
+        for e in entries
+    ]
+    return headers, rows
+
+
+def plot_data(comparison: Comparison, spec: PlotSpec) -> list[list[Curve]]:
+    """For each panel of `spec`, each run's finite points of its metric (runs lacking it left out)."""
+    panels = []
+    for metric, _ in spec.panels:
+        curves = []
+        for run in comparison.runs:
+            series, _ = series_for(run, metric)
+            if series is not None and len(series.finite()):
+                finite = series.finite()
+                curves.append(Curve(run.name, finite.steps, finite.values))
+        panels.append(curves)
+    return panels
+
+
+def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] | None = None):
+    """Draw one figure (a `matplotlib.figure.Figure`, no pyplot state) from `plot_data` output.
+
+    `surges` maps run name to surge step; it is drawn as a dotted vertical line on entropy panels.
+    """
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.0 * len(panels), 3.4), dpi=100, layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (metric, label), curves in zip(axes, spec.panels, panels, strict=True):
+        for index, curve in enumerate(curves):
+            color = f"C{index}"
+            ax.plot(
+                curve.steps,
+                curve.values,
+                label=curve.run,
+                color=color,
+                lw=1.2,
+                marker="o" if curve.steps.size < 30 else None,
+                ms=3,
+            )
+            if metric == "train/entropy" and surges and curve.run in surges:
+                ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if curves:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(
+                0.5,
+                0.5,
+                f"{metric}\nnot logged",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color="gray",
+            )
+    fig.suptitle(spec.title)
+    return fig
+
+
+def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
+    """Draw every `PLOTS` entry that at least one run has data for; returns name -> PNG path."""
+    surges = {s.name: s.surge_step for s in comparison.summaries if s.surge_step is not None}
+    written = {}
+    for spec in PLOTS:
+        panels = plot_data(comparison, spec)
+        if not any(panels):
+            continue
+        path = out_dir / f"{spec.name}.png"
+        draw_plot(spec, panels, surges).savefig(path)
+        written[spec.name] = path
+    return written
+
+
+def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    cells = [headers, ["---"] * len(headers), *rows]
+    return ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+
+
+def _run_lines(comparison: Comparison) -> list[tuple[str, list[str]]]:
+    """Per run: a description and its notes (missing metrics, skipped lines, incomplete runs)."""
+    out = []
+    for run, s in zip(comparison.runs, comparison.summaries, strict=True):
+        notes = list(s.notes)
+        if s.missing:
+            notes.append("missing metrics: " + ", ".join(s.missing))
+        out.append((f"{s.name}: {s.precision}, last step {s.last_step}, {run.path}", notes))
+    return out
+
+
+def render_markdown(comparison: Comparison, plots: dict[str, Path]) -> str:
+    """`report.md`: verdicts, runs and notes, summary table, recipe diff, plots (relative links)."""
+    lines = ["# BF16 vs FP8 comparison", "", "## Verdict", ""]
+    lines += [f"- {v}" for v in comparison.verdicts] or ["- no FP8 run to judge"]
+    lines += ["", "## Runs", ""]
+    for head, notes in _run_lines(comparison):
+        lines.append(f"- {head}")
+        lines += [f"  - {n}" for n in notes]
+    lines += ["", "## Summary", "", *_md_table(*summary_rows(comparison)), ""]
+    lines += render_diff_markdown(comparison.recipe_diff, level=2)
+    if plots:
+        lines += ["## Plots", ""]
+        lines += [f"![{name}]({path.name})" for name, path in plots.items()]
+    return "\n".join(lines) + "\n"
+
+
+def render_diff_markdown(diff: RecipeDiff | None, level: int = 1) -> list[str]:
+    """The recipe-diff section as Markdown lines (or a line saying it is unavailable)."""
+    hashes = "#" * level
+    if diff is None:
+        return [
+            f"{hashes} Recipe differences",
+            "",
+            "Not available: not every run saved its recipe.yaml.",
+            "",
+        ]
+    lines = [f"{hashes} Recipe differences: {' vs '.join(diff.names)}", ""]
+    lines += [f"> **Warning:** {w}" for w in diff.warnings]
+    lines += (
+        ["", *_md_table(*diff_rows(diff))]
+        if diff.entries
+        else ["The resolved configs are identical."]
+    )
+    return [*lines, ""]
+
+
+def _html_table(headers: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+_CSS = (
+    "body{font-family:sans-serif;max-width:1200px;margin:2em auto;color:#222}"
+    "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 8px;text-align:left}"
+    "th{background:#f3f3f3}.warn{color:#a40}img{max-width:100%;display:block;margin:1em 0}"
+)
+
+
+def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
+    """`report.html`: the Markdown report's content, with every PNG embedded as a data URI."""
+    e = html.escape
+    parts = [
+        f"<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8</title><style>{_CSS}</style></head><body>"
+    ]
+    parts.append("<h1>BF16 vs FP8 comparison</h1><h2>Verdict</h2><ul>")
+    parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts] or ["<li>no FP8 run to judge</li>"]
+    parts.append("</ul><h2>Runs</h2><ul>")
+    for head, notes in _run_lines(comparison):
+        parts.append(
+            f"<li>{e(head)}<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></li>"
+        )
+    parts.append("</ul><h2>Summary</h2>" + _html_table(*summary_rows(comparison)))
+    diff = comparison.recipe_diff
+    parts.append("<h2>Recipe differences</h2>")
+    if diff is None:
+        parts.append("<p>Not available: not every run saved its recipe.yaml.</p>")
+    else:
+        parts += [f"<p class='warn'>Warning: {e(w)}</p>" for w in diff.warnings]
+        parts.append(
+            _html_table(*diff_rows(diff))
+            if diff.entries
+            else "<p>The resolved configs are identical.</p>"
+        )
+    if plots:
+        parts.append("<h2>Plots</h2>")
+        for name, path in plots.items():
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+            parts.append(f"<img alt='{e(name)}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(comparison: Comparison, out_dir: str | Path, plots: bool = True) -> ReportFiles:
+    """Write the PNG plots, `report.md` and `report.html` into `out_dir` (created if needed)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = write_plots(comparison, out) if plots else {}
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(render_markdown(comparison, pngs), encoding="utf-8")
+    page.write_text(render_html(comparison, pngs), encoding="utf-8")
+    return ReportFiles(md, page, pngs)
+
+
+def print_comparison(comparison: Comparison, console=None) -> None:
+    """Print the summary table, the verdicts and run notes to the terminal with rich."""
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(_rich_table("BF16 vs FP8", *summary_rows(comparison)))
+    for head, notes in _run_lines(comparison):
+        console.print(f"[bold]{head}[/bold]", highlight=False)
+        for note in notes:
+            console.print(f"  [yellow]{note}[/yellow]", highlight=False)
+    if comparison.recipe_diff is not None:
+        print_diff(comparison.recipe_diff, console)
+    for line in comparison.verdicts:
+        console.print(f"[bold green]verdict[/bold green] {line}", highlight=False)
+
+
+def print_diff(diff: RecipeDiff, console=None) -> None:
+    """Print a recipe diff grouped by precision / refit / calibration / other / derived."""
+    from rich.console import Console
+
+    console = console or Console()
+    if not diff.entries:
+        console.print(f"{' vs '.join(diff.names)}: the resolved configs are identical")
+    else:
+        console.print(
+            _rich_table(f"Recipe differences: {' vs '.join(diff.names)}", *diff_rows(diff))
+        )
+    for warning in diff.warnings:
+        console.print(f"[bold red]warning[/bold red] {warning}", highlight=False)
+
+
+def _rich_table(title: str, headers: list[str], rows: list[list[str]]):
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table

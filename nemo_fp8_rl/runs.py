@@ -1,0 +1,294 @@
+"""Read the metrics of a finished or running training run, from either engine.
+
+Two sources carry the same metric names (`docs/architecture.md`, "Metric names"):
+
+- `metrics.jsonl` in a project run directory: one JSON object per line,
+  `{"step": int, "<metric>": float, ...}`. Several lines may share a step (validation is
+  logged apart from training; a resumed run repeats steps): the later value wins.
+- TensorBoard event files (`events.out.tfevents.*`), as written by NeMo RL's
+  `TensorboardLogger` (`<log_dir>/exp_NNN/tensorboard/`) or by the embedded engine
+  (`<run_dir>/logs/tb/`). Scalars are read from `simple_value` (torch's `SummaryWriter`) or a
+  scalar tensor (TensorBoard's own writer).
+
+Event files are parsed directly: a TFRecord is `uint64 length | uint32 crc(length) | data |
+uint32 crc(data)` with `data` an `Event` protobuf. That is about ten times faster than
+TensorBoard's `EventFileLoader` without TensorFlow, which matters for comparing long runs.
+
+A run in progress, a half-written last line or record, NaN values and missing metrics are all
+normal: they are reported in `RunData.notes`, never raised. Only a path that holds no metrics
+at all is an error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import struct
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+JSONL_NAME = "metrics.jsonl"
+RECIPE_NAME = "recipe.yaml"
+EVENT_GLOB = "events.out.tfevents.*"
+_TFRECORD_HEADER = 12  # uint64 length + uint32 masked crc of the length
+_TFRECORD_FOOTER = 4  # uint32 masked crc of the data
+
+Rows = dict[int, dict[str, float]]
+
+
+class RunReadError(ValueError):
+    """A path given as a run holds no readable metrics."""
+
+
+@dataclass(frozen=True)
+class Series:
+    """One metric over steps: `steps` sorted and unique, `values` may hold NaN."""
+
+    steps: np.ndarray
+    values: np.ndarray
+
+    def finite(self) -> Series:
+        """The same series without its NaN and infinite points."""
+        keep = np.isfinite(self.values)
+        return Series(self.steps[keep], self.values[keep])
+
+    def __len__(self) -> int:
+        return int(self.steps.size)
+
+
+@dataclass
+class RunData:
+    """Everything read from one run: metrics by name, the resolved recipe, and notes."""
+
+    name: str
+    path: Path
+    metrics: dict[str, Series]
+    sources: list[Path]
+    config: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def get(self, metric: str) -> Series | None:
+        """The metric's series, or None when this run never logged it."""
+        return self.metrics.get(metric)
+
+    @property
+    def last_step(self) -> int:
+        """The highest step with any metric (-1 for an empty run)."""
+        return max((int(s.steps[-1]) for s in self.metrics.values() if len(s)), default=-1)
+
+    @property
+    def max_steps(self) -> int | None:
+        """`grpo.max_num_steps` from the run's recipe, when known."""
+        value = ((self.config or {}).get("grpo") or {}).get("max_num_steps")
+        return int(value) if isinstance(value, int | float) else None
+
+
+def _as_float(value: Any) -> float | None:
+    """A JSON value as a float metric; None for what is not a number (strings, lists, bools)."""
+    if value is None:
+        return math.nan
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
+def read_jsonl(path: Path) -> tuple[Rows, list[str]]:
+    """Read `metrics.jsonl` into `{step: {metric: value}}`, later lines overriding earlier ones.
+
+    A line that does not parse is skipped with a note; when it is the last line the note says
+    the run may still be writing it. `null` and `NaN` values become NaN.
+    """
+    rows: Rows = {}
+    notes: list[str] = []
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            where = "last line" if i == last else "line"
+            hint = " (a run still writing it?)" if i == last else ""
+            notes.append(f"{path}: {where} {i + 1} is not valid JSON{hint}, skipped: {exc.msg}")
+            continue
+        step = record.get("step") if isinstance(record, dict) else None
+        if isinstance(step, bool) or not isinstance(step, int | float) or step != int(step):
+            notes.append(f"{path}: line {i + 1} has no integer 'step', skipped")
+            continue
+        target = rows.setdefault(int(step), {})
+        for key, value in record.items():
+            number = _as_float(value)
+            if key != "step" and number is not None:
+                target[key] = number
+    return rows, notes
+
+
+def _tfrecords(data: bytes, path: Path, notes: list[str]) -> Iterator[bytes]:
+    """Split TFRecord framing; a truncated tail (a writer mid-record) ends the file with a note."""
+    pos = 0
+    while pos < len(data):
+        if pos + _TFRECORD_HEADER > len(data):
+            notes.append(f"{path}: truncated record header at byte {pos} (run still writing?)")
+            return
+        (length,) = struct.unpack_from("<Q", data, pos)
+        end = pos + _TFRECORD_HEADER + length
+        if end + _TFRECORD_FOOTER > len(data):
+            notes.append(f"{path}: truncated record at byte {pos} (run still writing?)")
+            return
+        yield data[pos + _TFRECORD_HEADER : end]
+        pos = end + _TFRECORD_FOOTER
+
+
+def _scalar_of(value: Any) -> float | None:
+    """The scalar in a `Summary.Value`: `simple_value`, or a one-element tensor."""
+    kind = value.WhichOneof("value")
+    if kind == "simple_value":
+        return float(value.simple_value)
+    if kind == "tensor":
+        from tensorboard.util import tensor_util
+
+        array = tensor_util.make_ndarray(value.tensor)
+        if array.size == 1 and np.issubdtype(array.dtype, np.number):
+            return float(array.reshape(()))
+    return None
+
+
+def read_event_file(path: Path) -> tuple[Rows, list[str]]:
+    """Read the scalar summaries of one TensorBoard event file into `{step: {tag: value}}`."""
+    from google.protobuf.message import DecodeError
+    from tensorboard.compat.proto import event_pb2
+
+    rows: Rows = {}
+    notes: list[str] = []
+    for record in _tfrecords(path.read_bytes(), path, notes):
+        try:
+            event = event_pb2.Event.FromString(record)
+        except DecodeError:
+            notes.append(f"{path}: a record does not decode as an Event; rest of file skipped")
+            break
+        if not event.HasField("summary"):
+            continue
+        for value in event.summary.value:
+            number = _scalar_of(value)
+            if number is not None:
+                rows.setdefault(int(event.step), {})[value.tag] = number
+    return rows, notes
+
+
+def find_event_files(root: Path) -> list[Path]:
+    """Event files under `root`, oldest first (their names start with the creation time)."""
+    files = [p for p in root.rglob(EVENT_GLOB) if p.is_file()]
+    return sorted(files, key=_event_file_time)
+
+
+def _event_file_time(path: Path) -> tuple[int, str]:
+    """Sort key: the creation time in `events.out.tfevents.<time>.<host>...`, then the path."""
+    stamp = path.name.split(".")[3] if path.name.count(".") >= 3 else ""
+    return (int(stamp) if stamp.isdigit() else 0, str(path))
+
+
+def merge_rows(parts: Iterable[Rows]) -> Rows:
+    """Merge row maps in order; a later value for the same step and metric wins."""
+    merged: Rows = {}
+    for rows in parts:
+        for step, values in rows.items():
+            merged.setdefault(step, {}).update(values)
+    return merged
+
+
+def rows_to_series(rows: Rows) -> dict[str, Series]:
+    """Turn `{step: {metric: value}}` into one sorted `Series` per metric."""
+    columns: dict[str, tuple[list[int], list[float]]] = {}
+    for step in sorted(rows):
+        for key, value in rows[step].items():
+            steps, values = columns.setdefault(key, ([], []))
+            steps.append(step)
+            values.append(value)
+    return {
+        key: Series(np.asarray(s, dtype=np.int64), np.asarray(v, dtype=np.float64))
+        for key, (s, v) in columns.items()
+    }
+
+
+def _read_config(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
+    """The resolved `recipe.yaml` saved in the run directory, if there is one."""
+    path = root / RECIPE_NAME
+    if not path.is_file():
+        return None, []
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        return None, [f"{path}: not valid YAML, recipe ignored ({exc})"]
+    if not isinstance(config, dict):
+        return None, [f"{path}: not a mapping, recipe ignored"]
+    return config, []
+
+
+def _sources(path: Path) -> tuple[Path, list[Path], list[Path]]:
+    """The run root, its JSONL files and its event files, for a run dir or a metrics file."""
+    if path.is_file():
+        if path.name.startswith("events.out.tfevents."):
+            return path.parent, [], [path]
+        return path.parent, [path], []
+    jsonl = path / JSONL_NAME
+    if jsonl.is_file():
+        return path, [jsonl], []
+    return path, [], find_event_files(path)
+
+
+def load_run(path: str | Path, name: str | None = None) -> RunData:
+    """Read one run: a project run directory, a NeMo RL log directory, or a metrics file.
+
+    A project run directory is read from `metrics.jsonl` (the TensorBoard copy holds the same
+    numbers); any other directory from every event file below it, merged in creation order.
+
+    Raises:
+        RunReadError: the path does not exist or holds no metrics.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise RunReadError(f"run {path}: no such file or directory")
+    root, jsonl_files, event_files = _sources(path)
+    if not jsonl_files and not event_files:
+        raise RunReadError(
+            f"run {path}: found neither {JSONL_NAME} nor TensorBoard event files "
+            f"({EVENT_GLOB}) below it; pass a run directory (runs/<name>) or a NeMo RL log_dir"
+        )
+    notes: list[str] = []
+    parts: list[Rows] = []
+    for file in jsonl_files:
+        rows, file_notes = read_jsonl(file)
+        parts.append(rows)
+        notes += file_notes
+    for file in event_files:
+        rows, file_notes = read_event_file(file)
+        parts.append(rows)
+        notes += file_notes
+    metrics = rows_to_series(merge_rows(parts))
+    if not metrics:
+        raise RunReadError(
+            f"run {path}: {', '.join(map(str, jsonl_files + event_files))} hold no metrics"
+        )
+    config, config_notes = _read_config(root)
+    run = RunData(
+        name or root.name, root, metrics, jsonl_files + event_files, config, notes + config_notes
+    )
+    _note_progress(run)
+    return run
+
+
+def _note_progress(run: RunData) -> None:
+    """Add a note when the run stopped (or is still running) before `grpo.max_num_steps`."""
+    planned = run.max_steps
+    if planned is not None and run.last_step < planned:
+        run.notes.append(
+            f"{run.name}: incomplete, last step {run.last_step} of {planned} "
+            "(still running or stopped early)"
+        )

@@ -1,0 +1,405 @@
+"""Reading runs (JSONL, TensorBoard events) and comparing them: summaries, alignment, verdicts, recipe diffs.
+
+Runs are written with the real writers: the embedded engine's `MetricsLogger` (JSONL + torch's
+`SummaryWriter`), torch's `SummaryWriter` laid out as NeMo RL's `TensorboardLogger` does
+(`<log_dir>/exp_001/tensorboard/`), and TensorBoard's own `Writer` (tensor-valued scalars).
+The metric values come from `synthetic_metrics`, so every expected number is recomputed here
+from the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from nemo_fp8_rl.cli.compare import main
+from nemo_fp8_rl.compare import (
+    TAIL_STEPS,
+    align,
+    compare_runs,
+    diff_configs,
+    group_of,
+    precision_of,
+    speedup,
+)
+from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.engines.local.metrics import MetricsLogger
+from nemo_fp8_rl.runs import RunReadError, load_run, read_event_file, read_jsonl
+
+VAL_PERIOD = 10
+
+
+def synthetic_metrics(
+    step: int, steps: int, *, acc_final: float, step_s: float, surge_at: int | None = None
+) -> dict[str, float]:
+    """One step's metrics with NeMo RL / project names; deterministic, smooth, easy to recompute."""
+    wiggle = math.sin(1.3 * step)
+    entropy = 0.8 + 0.004 * wiggle + (0.5 if surge_at is not None and step >= surge_at else 0.0)
+    metrics = {
+        "train/reward": 0.2 + 0.5 * step / steps + 0.01 * wiggle,
+        "train/entropy": entropy,
+        "train/clip_lower_frac_neg": 0.02 + 0.001 * wiggle,
+        "train/clip_upper_frac_pos": 0.01,
+        "train/clip_dual_frac_neg": 0.0,
+        "train/token_mult_prob_error": 1.01 + 0.001 * wiggle,
+        "train/gen_kl_error": 1e-4 * (2 + wiggle),
+        "timing/train/total_step_time": step_s * (3.0 if step == 1 else 1.0 + 0.02 * wiggle),
+        "timing/train/generate": 0.4 * step_s,
+        "timing/train/policy_training": 0.5 * step_s,
+        "throughput/tokens_per_sec": 1000.0 / step_s,
+    }
+    if step % VAL_PERIOD == 0:
+        metrics["validation/accuracy"] = acc_final * step / steps
+    return metrics
+
+
+def tiny_config(precision: str, **extra: object) -> dict:
+    """The slice of a resolved recipe that `compare` reads (precision keys and max steps)."""
+    fp8 = precision == "fp8"
+    config = {
+        "grpo": {"max_num_steps": extra.pop("max_num_steps", 40), "seed": extra.pop("seed", 1)},
+        "policy": {
+            "generation": {"vllm_cfg": {"precision": "fp8" if fp8 else "bfloat16"}},
+            "megatron_cfg": {"fp8_cfg": {"enabled": fp8}},
+        },
+        "loss_fn": {"calibration": {"enabled": fp8}},
+    }
+    return config
+
+
+def write_project_run(
+    run_dir: Path, steps: int, *, precision: str, tensorboard: bool = False, **kw
+) -> Path:
+    """A project run directory written by the embedded engine's real `MetricsLogger`."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "recipe.yaml").write_text(
+        yaml.safe_dump(tiny_config(precision, max_num_steps=kw.pop("max_num_steps", steps)))
+    )
+    logger = MetricsLogger(run_dir, tensorboard=tensorboard)
+    for step in range(1, steps + 1):
+        logger.log(step, synthetic_metrics(step, steps, **kw))
+    logger.close()
+    return run_dir
+
+
+def write_nemo_rl_run(log_dir: Path, steps: int, **kw) -> Path:
+    """TensorBoard events laid out and named as NeMo RL's Logger writes them."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(log_dir / "exp_001" / "tensorboard"))
+    for step in range(1, steps + 1):
+        for name, value in synthetic_metrics(step, steps, **kw).items():
+            writer.add_scalar(name, value, step)
+    writer.close()
+    return log_dir
+
+
+def expected(steps: int, metric: str, **kw) -> tuple[np.ndarray, np.ndarray]:
+    """The synthetic series of `metric` as the runs hold it."""
+    points = [(s, synthetic_metrics(s, steps, **kw).get(metric)) for s in range(1, steps + 1)]
+    points = [(s, v) for s, v in points if v is not None]
+    return np.array([s for s, _ in points]), np.array([v for _, v in points])
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def test_jsonl_later_lines_win_and_null_is_nan(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "train/reward": 0.1, "train/entropy": null}\n'
+        '{"step": 2, "train/reward": 0.2, "note": "text", "flag": true}\n'
+        '{"step": 1, "train/reward": 0.15}\n'
+        '\n{"step": 2, "validation/accuracy": NaN}\n'
+    )
+    rows, notes = read_jsonl(path)
+    assert notes == []
+    assert rows[1]["train/reward"] == 0.15 and math.isnan(rows[1]["train/entropy"])
+    assert set(rows[2]) == {"train/reward", "validation/accuracy"}
+    assert math.isnan(rows[2]["validation/accuracy"])
+
+
+def test_jsonl_corrupt_lines_are_skipped_and_named(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "train/reward": 0.1}\n{"step": 2, "train/re\n{"train/reward": 3}\n{"step": 3, "train/reward": 0.3}\n{"step": 4, "train/rew'
+    )
+    rows, notes = read_jsonl(path)
+    assert sorted(rows) == [1, 3]
+    assert any("line 2 is not valid JSON" in n and "still writing" not in n for n in notes)
+    assert any("line 3 has no integer 'step'" in n for n in notes)
+    assert any("last line 5 is not valid JSON (a run still writing it?)" in n for n in notes)
+
+
+def test_nemo_rl_tensorboard_events_read_back_exactly(tmp_path):
+    write_nemo_rl_run(tmp_path / "logs", 30, acc_final=0.5, step_s=2.0)
+    run = load_run(tmp_path / "logs")
+    assert len(run.sources) == 1 and run.sources[0].parent.name == "tensorboard"
+    for metric in ("train/reward", "validation/accuracy", "timing/train/total_step_time"):
+        steps, values = expected(30, metric, acc_final=0.5, step_s=2.0)
+        np.testing.assert_array_equal(run.metrics[metric].steps, steps)
+        np.testing.assert_allclose(run.metrics[metric].values, values.astype(np.float32), rtol=1e-7)
+
+
+def test_tensorboard_writer_tensor_scalars_and_nan(tmp_path):
+    from tensorboard.summary import Writer
+
+    writer = Writer(str(tmp_path / "tb"))
+    for step, value in [(1, 0.25), (2, float("nan")), (3, 0.75)]:
+        writer.add_scalar("validation/accuracy", value, step=step)
+    writer.close()
+    series = load_run(tmp_path / "tb").metrics["validation/accuracy"]
+    assert series.steps.tolist() == [1, 2, 3]
+    assert series.values[0] == 0.25 and math.isnan(series.values[1]) and series.values[2] == 0.75
+    assert series.finite().steps.tolist() == [1, 3]
+
+
+def test_truncated_event_file_keeps_complete_records(tmp_path):
+    write_nemo_rl_run(tmp_path / "logs", 20, acc_final=0.5, step_s=1.0)
+    event_file = next((tmp_path / "logs").rglob("events.out.tfevents.*"))
+    data = event_file.read_bytes()
+    event_file.write_bytes(data[:-7])  # a writer interrupted mid-record
+    rows, notes = read_event_file(event_file)
+    assert len(notes) == 1 and "truncated record" in notes[0]
+    assert max(rows) == 20 and 1 in rows
+    assert len(rows[20]) < len(synthetic_metrics(20, 20, acc_final=0.5, step_s=1.0))
+
+
+def test_project_run_reads_jsonl_and_notes_incomplete(tmp_path):
+    run_dir = write_project_run(
+        tmp_path / "run",
+        12,
+        precision="fp8",
+        tensorboard=True,
+        max_num_steps=40,
+        acc_final=0.5,
+        step_s=1.0,
+    )
+    run = load_run(run_dir)
+    assert run.sources == [run_dir / "metrics.jsonl"]  # the TensorBoard copy is not read twice
+    assert run.last_step == 12 and run.max_steps == 40
+    assert any("incomplete, last step 12 of 40" in n for n in run.notes)
+    assert precision_of(run.config) == "fp8"
+    tb_only = load_run(run_dir / "logs")
+    np.testing.assert_allclose(
+        tb_only.metrics["train/reward"].values, run.metrics["train/reward"].values, rtol=1e-6
+    )
+
+
+def test_missing_run_and_empty_run_are_clear_errors(tmp_path):
+    with pytest.raises(RunReadError, match="no such file"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(RunReadError, match="neither metrics.jsonl nor TensorBoard"):
+        load_run(tmp_path / "empty")
+    (tmp_path / "blank").mkdir()
+    (tmp_path / "blank" / "metrics.jsonl").write_text("\n")
+    with pytest.raises(RunReadError, match="hold no metrics"):
+        load_run(tmp_path / "blank")
+
+
+# ----------------------------------------------------------------------------- comparing
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """A BF16 run and an FP8 run 1.25x faster, 1 point lower, with an entropy surge at step 30."""
+    bf16 = write_project_run(tmp_path / "bf16", 40, precision="bf16", acc_final=0.60, step_s=2.0)
+    fp8 = write_project_run(
+        tmp_path / "fp8", 40, precision="fp8", acc_final=0.59, step_s=1.6, surge_at=30
+    )
+    return load_run(bf16), load_run(fp8)
+
+
+def test_summary_values_follow_from_the_logged_series(pair):
+    comparison = compare_runs(pair)
+    bf16, fp8 = comparison.summaries
+    assert (bf16.precision, fp8.precision) == ("bf16", "fp8")
+    _, reward = expected(40, "train/reward", acc_final=0.6, step_s=2.0)
+    assert bf16.values["reward"] == pytest.approx(reward[-TAIL_STEPS:].mean())
+    assert bf16.values["val_acc_final"] == pytest.approx(0.60) and bf16.best_val_step == 40
+    _, times = expected(40, "timing/train/total_step_time", acc_final=0.59, step_s=1.6)
+    assert fp8.values["step_time"] == pytest.approx(times[1:].mean())  # first step is warm-up
+    assert fp8.values["t_generate"] == pytest.approx(0.4 * 1.6)
+    assert fp8.values["speedup"] == pytest.approx(1.25, rel=1e-3) and bf16.values["speedup"] == 1.0
+    assert math.isnan(fp8.values["calib_low"])
+    assert "train/calib_low" in fp8.missing and "timing/train/refit" in fp8.missing
+    assert "train/reward" not in fp8.missing
+
+
+def test_verdict_names_gap_speed_and_surge_step(pair):
+    comparison = compare_runs(pair)
+    assert comparison.summaries[1].surge_step == 30 and comparison.summaries[0].surge_step is None
+    assert comparison.verdicts == [
+        "fp8 (FP8): matches BF16 within 1.0 points (validation accuracy, step 40), 1.25x faster, entropy surge at step 30"
+    ]
+    strict = compare_runs(pair, tolerance_points=0.5)
+    assert "1.0 points below BF16" in strict.verdicts[0]
+
+
+def test_no_surge_and_slower_run(tmp_path):
+    a = load_run(write_project_run(tmp_path / "a", 30, precision="bf16", acc_final=0.5, step_s=1.0))
+    b = load_run(write_project_run(tmp_path / "b", 30, precision="fp8", acc_final=0.5, step_s=2.0))
+    (line,) = compare_runs([a, b]).verdicts
+    assert line.endswith(
+        "matches BF16 within 0.0 points (validation accuracy, step 30), 2.00x slower, no entropy surge"
+    )
+
+
+def test_runs_of_different_length_align_on_common_steps(tmp_path):
+    long = load_run(
+        write_project_run(tmp_path / "long", 40, precision="bf16", acc_final=0.8, step_s=2.0)
+    )
+    short = load_run(
+        write_project_run(
+            tmp_path / "short", 25, precision="fp8", acc_final=0.8, step_s=1.0, max_num_steps=40
+        )
+    )
+    steps, table = align([long, short], "validation/accuracy")
+    assert steps.tolist() == [10, 20, 30, 40]
+    assert np.isnan(table[1, 2:]).all() and np.isfinite(table[0]).all()
+    comparison = compare_runs([long, short])
+    # Accuracy is compared at step 20 (last common validation): 0.8*20/40 vs 0.8*20/25.
+    assert "points above BF16 (validation accuracy, step 20)" in comparison.verdicts[0]
+    gap = 100 * (0.8 * 20 / 25 - 0.8 * 20 / 40)
+    assert f"{gap:.1f} points" in comparison.verdicts[0]
+    _, t_long = expected(40, "timing/train/total_step_time", acc_final=0.8, step_s=2.0)
+    _, t_short = expected(25, "timing/train/total_step_time", acc_final=0.8, step_s=1.0)
+    assert speedup(long, short) == pytest.approx(t_long[1:25].mean() / t_short[1:].mean())
+    assert any("incomplete, last step 25 of 40" in n for n in comparison.summaries[1].notes)
+
+
+def test_nan_values_and_missing_metrics(tmp_path):
+    a = load_run(write_project_run(tmp_path / "a", 20, precision="bf16", acc_final=0.5, step_s=1.0))
+    b_dir = tmp_path / "b"
+    b_dir.mkdir()
+    lines = [
+        {
+            "step": s,
+            "train/reward": (None if s % 3 == 0 else 0.1 * s),
+            "timing/train/total_step_time": 0.5,
+        }
+        for s in range(1, 21)
+    ]
+    (b_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    comparison = compare_runs([a, load_run(b_dir)])
+    summary = comparison.summaries[1]
+    finite = [0.1 * s for s in range(1, 21) if s % 3]
+    assert summary.values["reward"] == pytest.approx(np.mean(finite[-TAIL_STEPS:]))
+    assert summary.precision == "?" and "validation/accuracy" in summary.missing
+    assert comparison.recipe_diff is None
+    assert (
+        "(reward, step 20)" in comparison.verdicts[0]
+        and "entropy not logged" in comparison.verdicts[0]
+    )
+
+
+def test_nemo_rl_names_are_read_through_aliases(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    writer = SummaryWriter(log_dir=str(tmp_path / "nemo" / "exp_001" / "tensorboard"))
+    for step in range(1, 6):
+        writer.add_scalar("timing/train/generation", 0.5 * step, step)
+        writer.add_scalar("timing/train/total_step_time", 1.0, step)
+        writer.add_scalar("train/approx_entropy", 0.3, step)
+    writer.close()
+    other = load_run(
+        write_project_run(tmp_path / "ours", 5, precision="bf16", acc_final=0.5, step_s=1.0)
+    )
+    summary = compare_runs([other, load_run(tmp_path / "nemo")]).summaries[1]
+    assert summary.values["t_generate"] == pytest.approx(np.mean([0.5 * s for s in range(2, 6)]))
+    assert "timing/train/generate read from timing/train/generation" in summary.notes
+    assert summary.values["entropy"] == pytest.approx(0.3)
+
+
+def test_compare_needs_two_runs(pair):
+    with pytest.raises(ValueError, match="two or more runs"):
+        compare_runs(pair[:1])
+
+
+# ----------------------------------------------------------------------------- recipes
+
+
+def test_group_of_keys():
+    assert group_of("policy.generation.vllm_cfg.precision") == "precision"
+    assert group_of("policy.megatron_cfg.fp8_cfg.fp8_recipe") == "precision"
+    assert group_of("loss_fn.calibration.interval") == "calibration"
+    assert group_of("refit.bucket_size_mb") == "refit"
+    assert group_of("logger.log_dir") == "derived"
+    assert group_of("grpo.seed") == "other"
+
+
+def test_tiny_pair_is_fair_and_grouped():
+    bf16, fp8 = (load_recipe(f"tiny/grpo-tiny-qwen3-cpu-{v}") for v in ("bf16", "fp8"))
+    diff = diff_configs(["bf16", "fp8"], [bf16.config, fp8.config])
+    assert diff.fair and diff.warnings == []
+    groups = diff.by_group()
+    assert list(groups) == ["precision", "calibration", "derived"]
+    entry = next(e for e in groups["precision"] if e.key == "policy.generation.vllm_cfg.precision")
+    assert entry.values == ("bfloat16", "fp8")
+    assert [e.key for e in groups["calibration"]] == ["loss_fn.calibration.enabled"]
+
+
+def test_pair_differing_elsewhere_warns_with_the_keys():
+    bf16 = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16")
+    fp8 = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8", ["grpo.seed=7"])
+    diff = diff_configs(["bf16", "fp8"], [bf16.config, fp8.config])
+    assert not diff.fair
+    # data.train.seed interpolates grpo.seed, so the resolved configs differ in both.
+    assert diff.warnings == [
+        "not a fair precision comparison: 2 key(s) differ outside the precision/refit/calibration"
+        " groups: data.train.seed, grpo.seed"
+    ]
+    three = diff_configs(["a", "b", "c"], [bf16.config, bf16.config, fp8.config])
+    assert {e.key: e.values for e in three.entries}["grpo.seed"] == (1, 1, 7)
+
+
+def test_absent_keys_and_bad_arguments():
+    diff = diff_configs(["a", "b"], [{"x": {"y": 1}, "z": {}}, {"x": {}}])
+    assert [(e.key, e.values) for e in diff.entries] == [("x.y", (1, "<absent>"))]
+    with pytest.raises(ValueError, match="two or more configs"):
+        diff_configs(["a"], [{}])
+
+
+# ----------------------------------------------------------------------------- command line
+
+
+def test_cli_recipes(capsys, tmp_path):
+    refs = ["tiny/grpo-tiny-qwen3-cpu-bf16", "tiny/grpo-tiny-qwen3-cpu-fp8"]
+    assert main([*refs, "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "Recipe differences" in out and "calibration" in out and "warning" not in out
+    text = (tmp_path / "recipes.md").read_text()
+    assert "| precision | policy.generation.vllm_cfg.precision | bfloat16 | fp8 |" in text
+    # Overrides apply to every recipe, so the pair stays fair.
+    assert main([*refs, "grpo.seed=3"]) == 0
+    assert "warning" not in capsys.readouterr().out
+    assert main([refs[0], "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8"]) == 0
+    assert "not a fair precision comparison" in " ".join(capsys.readouterr().out.split())
+
+
+def test_cli_runs_write_report(pair, tmp_path, capsys):
+    out = tmp_path / "report"
+    assert main([str(pair[0].path), str(pair[1].path), "--out", str(out), "--no-plots"]) == 0
+    printed = capsys.readouterr().out
+    assert "entropy surge at step 30" in printed.replace("\n", " ")
+    assert (out / "report.md").is_file() and (out / "report.html").is_file()
+
+
+def test_cli_errors(pair, tmp_path, capsys):
+    assert main([str(pair[0].path), str(tmp_path / "typo")]) == 2
+    assert (
+        "typo: neither a run (no such directory or metrics file) nor a recipe"
+        in capsys.readouterr().err
+    )
+    with pytest.raises(SystemExit):
+        main([str(pair[0].path), "tiny/grpo-tiny-qwen3-cpu-fp8"])
+    assert "either runs or recipes" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([str(pair[0].path), str(pair[1].path), "grpo.seed=1"])
+    assert "overrides apply to recipes only" in capsys.readouterr().err
