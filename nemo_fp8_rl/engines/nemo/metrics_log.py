@@ -1,0 +1,68 @@
+"""NeMo RL's logger, also writing the run directory's `metrics.jsonl`.
+
+NeMo RL logs through `Logger.log_metrics(metrics, step, prefix)` to TensorBoard / W&B /
+MLflow with names `<prefix>/<key>` (`train/loss`, `timing/train/policy_training`, ...). The
+project's run directory keeps the same names in `metrics.jsonl` (one JSON object per call:
+`{"step": k, "<prefix>/<key>": value, ...}`; several lines may share a step), so `compare`
+and `report` read a NeMo RL run like an embedded one. Only numeric scalars go to the file;
+everything still goes to NeMo RL's own backends unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import numbers
+from pathlib import Path
+from typing import Any
+
+
+def _scalar(value: Any) -> float | None:
+    """A plain float for numbers, 0-d/1-element arrays and tensors; None for anything else."""
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    size = getattr(value, "size", None)
+    numel = value.numel() if hasattr(value, "numel") else size
+    if numel == 1 and hasattr(value, "item"):
+        item = value.item()
+        return float(item) if isinstance(item, numbers.Real) else None
+    return None
+
+
+def flatten_metrics(metrics: dict[str, Any], prefix: str | None) -> dict[str, float]:
+    """`{prefix/key: float}` for the numeric scalars in `metrics` (nested dicts joined by `/`)."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        name = f"{prefix}/{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(flatten_metrics(value, name))
+            continue
+        number = _scalar(value)
+        if number is not None:
+            out[name] = number
+    return out
+
+
+class MetricsTee:
+    """Wraps NeMo RL's `Logger`: every `log_metrics` call also appends a line to `path`."""
+
+    def __init__(self, logger: Any, path: Path) -> None:
+        self._logger = logger
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._logger, name)
+
+    def log_metrics(
+        self, metrics: dict[str, Any], step: int, prefix: str | None = "", *args: Any, **kwargs: Any
+    ) -> None:
+        """NeMo RL's `log_metrics`, then the numeric scalars as one JSON line."""
+        self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
+        row = flatten_metrics(metrics, prefix)
+        if row:
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps({"step": int(step), **row}) + "\n")

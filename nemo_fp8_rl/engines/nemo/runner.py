@@ -1,0 +1,270 @@
+"""`run(recipe)`: a recipe as a NeMo RL GRPO run with the project's loss and calibrator.
+
+The sequence is NeMo RL's own `examples/run_grpo.py` (config → Ray → tokenizer → data →
+`setup` → `grpo_train`), with four substitutions:
+
+1. the config is the hand-off (`handoff.to_nemo_config`), validated by `MasterConfig`;
+2. with calibration on, the policy is built with `ShadowMegatronPolicyWorker` through
+   `setup(policy_factory=...)`, and `grpo_train` receives a `ShadowPolicy` around it;
+3. the loss `setup` built (`ClippedPGLossFn`) is replaced by `NemoCalibratedLoss`; its
+   calibrator state is restored from the checkpoint NeMo RL resumes from;
+4. the logger also writes `metrics.jsonl` into the run directory.
+
+Everything else (rollouts with vLLM, FP8 refit, checkpoints, validation) is NeMo RL's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import json
+import os
+import platform
+import sys
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.engines.nemo import compat
+from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
+from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
+from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
+from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
+
+WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
+
+
+class EngineConfigError(ValueError):
+    """The recipe asks for something this engine cannot run; the message says what to change."""
+
+
+def check_recipe(recipe: Recipe) -> list[str]:
+    """Problems that stop this engine before anything starts (empty list: runnable)."""
+    cfg, problems = recipe.config, []
+    if cfg["cluster"]["gpus_per_node"] < 1:
+        problems.append(
+            "cluster.gpus_per_node is 0: this is a CPU recipe; run it with --engine local"
+        )
+    calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
+    megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
+    if calibrated and not megatron:
+        problems.append(
+            "loss_fn.calibration.enabled needs the Megatron policy (policy.megatron_cfg.enabled: "
+            "true): the BF16 shadow pass switches Megatron-Core's FP8 compute off"
+        )
+    if cfg["grpo"].get("async_grpo", {}).get("enabled", False):
+        problems.append("grpo.async_grpo.enabled: this engine runs synchronous GRPO; set it false")
+    if (cfg.get("data_plane") or {}).get("enabled", False):
+        problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
+    if cfg.get("refit", {}).get("bridge", "nemo") == "project":
+        problems.append(
+            "refit.bridge: project is not available on the NeMo RL engine yet; use refit.bridge: "
+            "nemo (NeMo RL's FP8 refit; power-of-2 weight scales via "
+            "policy.generation.vllm_cfg.pow2_weight_scaling_factors: true)"
+        )
+    return problems
+
+
+def prepare_run_dir(recipe: Recipe, resume: bool) -> Path:
+    """Check resume vs existing checkpoints, then write recipe.yaml and the hand-off config."""
+    run_dir = Path(recipe.run_dir)
+    ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
+    existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
+    if existing and not resume:
+        raise EngineConfigError(
+            f"{ckpt} already holds checkpoints ({existing[-1].name}); pass --resume to continue "
+            "that run, or --run-dir to start a new one"
+        )
+    if resume and not existing:
+        raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "recipe.yaml").write_text(recipe.to_yaml())
+    write_handoff(recipe, run_dir)
+    return run_dir
+
+
+def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
+    """environment.json: versions, host, engine."""
+    import torch
+
+    env = {
+        "engine": "nemo",
+        "nemo_rl": info.version,
+        "nemo_rl_location": info.location,
+        "python": sys.version.split()[0],
+        "torch": torch.__version__,
+        "host": platform.node(),
+        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
+    }
+    (run_dir / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+
+
+def export_package_path() -> str:
+    """Put this package's parent folder on PYTHONPATH so Ray workers (started later) import it."""
+    root = str(Path(__file__).resolve().parents[3])
+    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
+    return root
+
+
+def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """Call `fn` with only the keyword arguments its signature has (they differ across versions)."""
+    params = inspect.signature(fn).parameters
+    return fn(*args, **{k: v for k, v in kwargs.items() if k in params})
+
+
+@dataclass
+class _Prepared:
+    master_config: Any
+    tokenizer: Any
+    data: tuple[Any, Any, Any, Any]
+
+
+def _prepare_nemo(recipe: Recipe) -> _Prepared:
+    """MasterConfig, Ray, tokenizer, generation config and data, as `run_grpo.py` does."""
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.data.utils import setup_response_data
+    from nemo_rl.distributed.virtual_cluster import init_ray
+    from nemo_rl.models.generation import configure_generation_config
+
+    config = validate_with_nemo_rl(to_nemo_config(recipe))
+    init_ray()
+    tokenizer = get_tokenizer(config.policy["tokenizer"])
+    megatron_cfg = config.policy.get("megatron_cfg") or {}
+    config.policy["generation"] = _call_with_supported(
+        configure_generation_config,
+        config.policy["generation"],
+        tokenizer,
+        has_refit_draft_weights=bool((config.policy.get("draft") or {}).get("enabled")),
+        trains_mtp=bool(megatron_cfg.get("mtp_num_layers")),
+    )
+    data = setup_response_data(tokenizer, config.data, config.env)
+    return _Prepared(config, tokenizer, data)
+
+
+def _policy_factory(calibrated: bool) -> Any:
+    """`Policy` built with the shadow worker extension (registered as a Megatron actor)."""
+    if not calibrated:
+        return None
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    ACTOR_ENVIRONMENT_REGISTRY[WORKER_FQN] = PY_EXECUTABLES.MCORE
+    return partial(Policy, worker_extension_cls_fqn=WORKER_FQN)
+
+
+def _total_steps(state: Any) -> int:
+    """NeMo RL's saved step count (a dataclass at 7ea279a, a TypedDict in v0.7.0)."""
+    if isinstance(state, dict):
+        return int(state.get("total_steps", 0))
+    return int(getattr(state, "total_steps", 0))
+
+
+def build_loss(recipe: Recipe, checkpoint_path: str | None) -> NemoCalibratedLoss:
+    """The project's loss from the recipe's `loss_fn` section, calibrator restored if saved."""
+    cfg = recipe.config
+    loss_fn = NemoCalibratedLoss(recipe.section("loss_fn"))
+    if loss_fn.calibrator is not None:
+        rollout = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
+        loss_fn.calibrator.set_updates_per_step(
+            max(1, rollout // cfg["policy"]["train_global_batch_size"])
+        )
+        if load_calibrator_state(loss_fn.calibrator, checkpoint_path):
+            print(
+                f"calibrator state restored from {checkpoint_path}: bounds {loss_fn.calibrator.bounds}"
+            )
+    return loss_fn
+
+
+def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state: Any) -> Any:
+    """`ShadowPolicy` around NeMo RL's policy when calibrating; the policy itself otherwise."""
+    if loss_fn.calibrator is None:
+        return policy
+    from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy, worker_precision_switch
+
+    return ShadowPolicy(
+        policy,
+        loss_fn,
+        start_step=_total_steps(state),
+        global_batch_size=recipe.config["policy"]["train_global_batch_size"],
+        switch=worker_precision_switch(policy),
+    )
+
+
+def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
+    """NeMo RL `setup`, the substitutions, then `grpo_train`; shuts generation down at the end."""
+    from nemo_rl.algorithms import grpo
+
+    calibrated = bool(recipe.config["loss_fn"].get("calibration", {}).get("enabled"))
+    dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
+    (
+        policy,
+        policy_generation,
+        _gym,
+        _clusters,
+        dataloader,
+        val_dataloader,
+        _nemo_loss,
+        logger,
+        checkpointer,
+        grpo_state,
+        master_config,
+        *_rest,
+    ) = grpo.setup(
+        prepared.master_config,
+        prepared.tokenizer,
+        dataset,
+        val_dataset,
+        policy_factory=_policy_factory(calibrated),
+    )
+    loss_fn = build_loss(recipe, checkpointer.get_latest_checkpoint_path())
+    train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
+    logger = MetricsTee(logger, run_dir / "metrics.jsonl")
+    try:
+        with checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext():
+            grpo.grpo_train(
+                train_policy,
+                policy_generation,
+                dataloader,
+                val_dataloader,
+                prepared.tokenizer,
+                loss_fn,
+                task_to_env,
+                val_task_to_env,
+                logger,
+                checkpointer,
+                grpo_state,
+                master_config,
+            )
+    finally:
+        shutdown = getattr(grpo, "shutdown_environments", None)
+        if shutdown is not None:
+            shutdown(task_to_env, val_task_to_env)
+        if policy_generation is not None:
+            policy_generation.shutdown()
+
+
+def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+    """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
+
+    Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
+    RL) before anything is started. `progress` is accepted for symmetry with the embedded
+    engine; NeMo RL prints its own progress.
+    """
+    problems = check_recipe(recipe)
+    if problems:
+        raise EngineConfigError(
+            f"{recipe.name} cannot run on the NeMo RL engine:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+    info = compat.require_supported()
+    run_dir = prepare_run_dir(recipe, resume)
+    write_environment(run_dir, info)
+    export_package_path()
+    print(f"{info.describe()}; run dir {run_dir}", flush=True)
+    _train(recipe, run_dir, _prepare_nemo(recipe))
+    return run_dir

@@ -1,0 +1,31 @@
+"""NeMo RL's Megatron policy worker with an FP8 on/off switch for BF16 shadow passes.
+
+Imported only inside NeMo RL's Megatron worker environment (and by NeMo RL's worker builder):
+it subclasses `MegatronPolicyWorkerImpl` exactly as NeMo RL's own `MegatronPolicyWorker` does,
+with the same Ray runtime environment, and adds one method. The engine passes this class's
+dotted name as `Policy(worker_extension_cls_fqn=...)` and registers it with NeMo RL's actor
+environment registry under the Megatron (`MCORE`) executable.
+"""
+
+from __future__ import annotations
+
+import ray
+from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
+from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
+
+from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
+
+WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
+
+
+@ray.remote(
+    runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker")
+)  # pragma: no cover
+class ShadowMegatronPolicyWorker(MegatronPolicyWorkerImpl):
+    """`MegatronPolicyWorker` plus `set_fp8_compute`, used around `get_logprobs` for BF16 passes."""
+
+    def set_fp8_compute(self, enabled: bool) -> int:
+        """FP8 compute on or off for this rank's model chunks; returns configs changed."""
+        if not hasattr(self, "_fp8_switch"):
+            self._fp8_switch = Fp8ComputeSwitch()
+        return self._fp8_switch.set(self.model, enabled)
