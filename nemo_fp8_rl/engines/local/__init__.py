@@ -1,0 +1,23 @@
+"""The embedded default engine: tiny Qwen3/Llama on CPU, emulated FP8, Ray actors.
+
+`run(recipe, *, resume=False, progress=True) -> Path` runs a recipe with
+`cluster.gpus_per_node: 0` (see `nemo_fp8_rl.engines.local.runner`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from nemo_fp8_rl.config import Recipe
+
+
+def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+    """Run `recipe` on this machine's CPUs; returns the run directory (imports Ray lazily)."""
+    from nemo_fp8_rl.engines.local.runner import run as _run
+
+    return _run(recipe, resume=resume, progress=progress)
+
+
+__all__ = ["run"]

@@ -1,0 +1,41 @@
+"""Ray plumbing: start or join a cluster, and place the trainer and rollout engine as actors."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import ray
+
+from nemo_fp8_rl.engines.local.rollout import Rollout
+from nemo_fp8_rl.engines.local.trainer import Trainer
+
+
+def start_ray(num_cpus: int = 2) -> bool:
+    """Connect to `RAY_ADDRESS` when set (e.g. inside a Slurm job), else start a local Ray.
+
+    Returns True when this call started Ray (so the caller shuts it down at the end).
+    """
+    if ray.is_initialized():
+        return False
+    address = os.environ.get("RAY_ADDRESS")
+    if address:
+        ray.init(address=address, log_to_driver=True)
+        return False
+    ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        log_to_driver=True,
+        configure_logging=False,
+    )
+    return True
+
+
+def make_actors(config: dict[str, Any], model_dir: str, num_threads: int) -> tuple[Any, Any]:
+    """The trainer and rollout actors (one CPU each), both loading the policy from `model_dir`."""
+    env = {"env_vars": {"OMP_NUM_THREADS": str(num_threads), "TOKENIZERS_PARALLELISM": "false"}}
+    trainer_cls = ray.remote(num_cpus=1, runtime_env=env)(Trainer)
+    rollout_cls = ray.remote(num_cpus=1, runtime_env=env)(Rollout)
+    trainer = trainer_cls.remote(config, model_dir, num_threads)
+    rollout = rollout_cls.remote(config, model_dir, num_threads)
+    return trainer, rollout

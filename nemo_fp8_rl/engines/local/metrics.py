@@ -1,0 +1,126 @@
+"""Per-step metrics: JSONL in the run directory, TensorBoard events, and a progress bar.
+
+Names follow docs/architecture.md (`train/...`, `validation/...`, `timing/train/...`,
+`throughput/...`). On resume from step k the JSONL keeps only lines with step < k and the
+TensorBoard writer purges events from step k on, so a resumed run's files equal an
+uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+HEADLINE = (
+    ("reward", "train/reward", "{:.3f}"),
+    ("val", "validation/accuracy", "{:.3f}"),
+    ("H", "train/entropy", "{:.3f}"),
+    ("clipL-", "train/clip_lower_frac_neg", "{:.4f}"),
+    ("L,H", None, None),
+    ("tok/s", "throughput/tokens_per_sec", "{:.0f}"),
+)
+
+
+def _clean(value: float) -> float | None:
+    """JSON-safe float (NaN and inf become null)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+class MetricsLogger:
+    """Writes `{"step": k, name: value, ...}` lines to `metrics.jsonl` and TensorBoard scalars."""
+
+    def __init__(self, run_dir: Path, *, tensorboard: bool, start_step: int = 0) -> None:
+        """Open the run's metric sinks, dropping anything logged at or after `start_step`."""
+        self.path = run_dir / "metrics.jsonl"
+        _truncate_jsonl(self.path, start_step)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(
+                log_dir=str(run_dir / "logs" / "tb"), purge_step=start_step or None
+            )
+
+    def log(self, step: int, metrics: dict[str, float]) -> None:
+        """Append one step's metrics (flushed at once so a crash loses at most this line)."""
+        record = {"step": step, **{k: _clean(v) for k, v in sorted(metrics.items())}}
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        if self._tb is not None:
+            for name, value in metrics.items():
+                if math.isfinite(float(value)):
+                    self._tb.add_scalar(name, float(value), step)
+
+    def close(self) -> None:
+        """Flush and close the sinks."""
+        self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+
+
+def _truncate_jsonl(path: Path, start_step: int) -> None:
+    """Keep only the JSONL records with `step < start_step` (all of them lost if start is 0)."""
+    if not path.exists():
+        return
+    kept = [
+        line
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and json.loads(line)["step"] < start_step
+    ]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def read_metrics(run_dir: Path) -> list[dict]:
+    """All records of a run's `metrics.jsonl`, in order."""
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
+
+
+class ProgressBar:
+    """A rich progress bar over GRPO steps showing the headline numbers of the last step."""
+
+    def __init__(self, total: int, start: int, *, enabled: bool, name: str) -> None:
+        """Start the bar at `start` of `total` steps (a no-op when not `enabled`)."""
+        self._last: dict[str, float] = {}
+        self._bar = None
+        if enabled:
+            self._bar = Progress(
+                TextColumn(f"[bold]{name}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total}"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[info]}"),
+            )
+            self._task = self._bar.add_task("grpo", total=total, completed=start, info="")
+            self._bar.start()
+
+    def update(self, metrics: dict[str, float]) -> None:
+        """Advance one step and refresh the headline numbers."""
+        self._last.update({k: v for k, v in metrics.items() if v is not None})
+        if self._bar is None:
+            return
+        parts = []
+        for label, key, fmt in HEADLINE:
+            if key is None:
+                if "train/calib_low" in self._last:
+                    parts.append(
+                        f"L,H {self._last['train/calib_low']:.3f},{self._last['train/calib_high']:.3f}"
+                    )
+            elif key in self._last:
+                parts.append(f"{label} {fmt.format(self._last[key])}")
+        self._bar.update(self._task, advance=1, info=" ".join(parts))
+
+    def close(self) -> None:
+        """Stop drawing the bar."""
+        if self._bar is not None:
+            self._bar.stop()

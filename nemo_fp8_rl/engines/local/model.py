@@ -1,0 +1,97 @@
+"""The embedded engine's tiny causal LM: a real transformers Qwen3 or Llama model.
+
+The architecture comes from the recipe's `local.model` section; the vocabulary and special
+token ids from the character tokenizer. Weights are initialised from the recipe seed, so the
+same recipe builds the same model on every machine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedModel,
+    PreTrainedTokenizerFast,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
+
+from nemo_fp8_rl.config.project import TinyModelConfig
+
+
+def hf_config(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast):
+    """The transformers config of the tiny model (Qwen3Config or LlamaConfig)."""
+    common = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads,
+        intermediate_size=cfg.intermediate_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=cfg.tie_word_embeddings,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        attn_implementation="sdpa",
+    )
+    if cfg.arch == "qwen3":
+        return Qwen3Config(head_dim=cfg.hidden_size // cfg.num_attention_heads, **common)
+    return LlamaConfig(**common)
+
+
+def build_model(
+    cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast, seed: int
+) -> PreTrainedModel:
+    """Build the tiny model in FP32 with weights drawn from `seed` (eval mode, no dropout)."""
+    config = hf_config(cfg, tokenizer)
+    cls = Qwen3ForCausalLM if cfg.arch == "qwen3" else LlamaForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = cls(config)
+    return model.to(torch.float32).eval()
+
+
+def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
+    """Save `model` and `tokenizer` as a Hugging Face checkpoint (safetensors) in `path`."""
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tokenizer.save_pretrained(path)
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions of left-padded rows: `cumsum(mask) - 1`, clamped at 0 on padding."""
+    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
+
+
+def token_logprobs(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Next-token log-probs `[B, S-1]`: `lp[:, t] = log softmax(z_t / T)[input_ids[:, t+1]]`.
+
+    With `with_entropy`, also the per-position entropy `H_t = -sum_v p_v log p_v` (detached).
+    """
+    logits = (
+        model(
+            input_ids=input_ids,
+            attention_mask=attention_mask,
+            position_ids=position_ids(attention_mask),
+            use_cache=False,
+        )
+        .logits[:, :-1]
+        .float()
+    )
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    lp = logp.gather(-1, input_ids[:, 1:, None]).squeeze(-1)
+    entropy = None
+    if with_entropy:
+        with torch.no_grad():
+            entropy = -(logp.exp() * logp).sum(-1)
+    return lp, entropy

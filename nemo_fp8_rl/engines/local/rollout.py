@@ -1,0 +1,99 @@
+"""The rollout engine: a fake-quantized copy of the policy fed through the refit bridge.
+
+It plays vLLM's part: it holds the generation-side model (W8A8 FP8 emulation per
+`policy.generation.vllm_cfg`, FP8 KV cache emulation when `kv_cache_dtype: fp8`), receives the
+trainer's weights as refit buckets (verified before they touch the model), samples responses
+with their generation log-probs, and scores the validation split.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from nemo_fp8_rl.config.project import TaskConfig
+from nemo_fp8_rl.engines.local import precision
+from nemo_fp8_rl.engines.local.sampling import Generation, SamplingParams, generate
+from nemo_fp8_rl.engines.local.task import exact_match_reward, validation_problems
+from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
+from nemo_fp8_rl.refit import ModuleReceiver
+
+
+class Rollout:
+    """Generation engine (a Ray actor in the embedded engine; a plain object in tests)."""
+
+    def __init__(self, config: dict[str, Any], model_dir: str, num_threads: int = 1) -> None:
+        """Load the policy from `model_dir` and apply the rollout precision of the recipe."""
+        torch.set_num_threads(num_threads)
+        gen = config["policy"]["generation"]
+        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.precision = precision.RolloutPrecision.from_config(config, self.model)
+        self.precision.apply(self.model)
+        self.receiver = ModuleReceiver(self.model)
+        self.params = SamplingParams(
+            max_new_tokens=gen["max_new_tokens"],
+            temperature=gen["temperature"],
+            top_p=gen["top_p"],
+            top_k=gen["top_k"],
+        )
+        self.val_params = SamplingParams(
+            max_new_tokens=gen["max_new_tokens"],
+            temperature=gen.get("val_temperature", gen["temperature"]),
+            top_p=gen.get("val_top_p", gen["top_p"]),
+            top_k=gen.get("val_top_k", gen["top_k"]),
+        )
+        self.task = TaskConfig(**config["local"]["task"])
+
+    def apply_refit(self, refit: tuple[list, list[tuple[float, float]]]) -> int:
+        """Load `(buckets, kv_scales)` from the trainer; returns the number of tensors applied.
+
+        The buckets are verified before any weight changes (a bad refit raises `RefitError`
+        and leaves the engine as it was); K/V scales go to the FP8 KV cache when it is on.
+        """
+        buckets, scales = refit
+        applied = self.receiver.apply(buckets)
+        if self.precision.kv_fp8:
+            precision.set_kv_scales(self.model, scales)
+        return applied
+
+    def generate(
+        self, prompts: list[str], seed: int
+    ) -> tuple[torch.Tensor, torch.Tensor, Generation, list[str]]:
+        """Sample one response per prompt with a generator seeded by `seed`.
+
+        Returns `(prompt_ids, prompt_mask, generation, completions)`.
+        """
+        ids, mask = encode_prompts(self.tokenizer, prompts)
+        gen = generate(
+            self.model,
+            ids,
+            mask,
+            self.params,
+            torch.Generator().manual_seed(seed),
+            self.tokenizer.eos_token_id,
+            self.tokenizer.pad_token_id,
+        )
+        return ids, mask, gen, decode_completions(self.tokenizer, gen.response_ids)
+
+    def validate(self, seed: int) -> dict[str, float]:
+        """Exact-match accuracy on the validation split: greedy and sampled (val_* settings)."""
+        problems = validation_problems(self.task)
+        ids, mask = encode_prompts(self.tokenizer, problems.prompts)
+        out = {}
+        greedy = SamplingParams(self.params.max_new_tokens, temperature=0.0)
+        for name, params in (("accuracy", greedy), ("accuracy_sampled", self.val_params)):
+            gen = generate(
+                self.model,
+                ids,
+                mask,
+                params,
+                torch.Generator().manual_seed(seed),
+                self.tokenizer.eos_token_id,
+                self.tokenizer.pad_token_id,
+            )
+            texts = decode_completions(self.tokenizer, gen.response_ids)
+            out[f"validation/{name}"] = float(exact_match_reward(texts, problems.answers).mean())
+        return out

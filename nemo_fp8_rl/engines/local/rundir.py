@@ -1,0 +1,125 @@
+"""The run directory: the resolved recipe and environment saved with the run, and a guard
+that refuses to overwrite a different recipe's run."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# Keys that may differ between a run and its resumption (run length, logging, output places).
+RESUMABLE_KEYS = (
+    "grpo.max_num_steps",
+    "grpo.val_at_end",
+    "checkpointing.save_period",
+    "checkpointing.keep_top_k",
+    "checkpointing.checkpoint_dir",
+    "logger.log_dir",
+    "local.progress",
+)
+
+
+class RunDirError(RuntimeError):
+    """The run directory holds something this run must not overwrite."""
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+    return out
+
+
+def config_differences(saved: dict, current: dict) -> list[str]:
+    """Dotted keys whose values differ between two resolved configs (resumable keys ignored)."""
+    a, b = _flatten(saved), _flatten(current)
+    keys = sorted(set(a) | set(b))
+    ignored = tuple(RESUMABLE_KEYS)
+    return [
+        f"{k}: {a.get(k, '<absent>')!r} -> {b.get(k, '<absent>')!r}"
+        for k in keys
+        if a.get(k) != b.get(k) and not k.startswith(ignored)
+    ]
+
+
+def _json_roundtrip(config: dict) -> dict:
+    """The config as it reads back from YAML (tuples become lists, etc.)."""
+    return yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
+
+
+def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> None:
+    """Check `run_dir` may hold this run, clear a previous run of the same recipe unless
+    resuming, and write `recipe_yaml` (the resolved recipe) as `recipe.yaml`.
+
+    Raises RunDirError when the directory holds a run of another recipe (or of this recipe with
+    different settings): the message lists the differences and how to proceed.
+    """
+    saved_path = run_dir / "recipe.yaml"
+    if saved_path.exists():
+        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
+        diffs = config_differences(saved, _json_roundtrip(config))
+        if diffs:
+            saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
+            shown = "\n  ".join(diffs[:20]) + ("\n  ..." if len(diffs) > 20 else "")
+            raise RunDirError(
+                f"{run_dir} already holds a run of recipe {saved_name!r} with different settings:"
+                f"\n  {shown}\nNothing was overwritten. Pass --run-dir to write elsewhere, or "
+                f"delete {run_dir} to start over."
+            )
+    elif resume and (run_dir / "checkpoints").exists():
+        raise RunDirError(f"{run_dir} has checkpoints but no recipe.yaml; cannot verify --resume")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        for stale in ("checkpoints", "logs", "metrics.jsonl"):
+            path = run_dir / stale
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+    _atomic_write(saved_path, recipe_yaml)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def write_environment(run_dir: Path, extra: dict[str, Any]) -> None:
+    """Record versions, host, engine and threads in `environment.json`."""
+    import torch
+
+    env = {
+        "engine": "local",
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "host": socket.gethostname(),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "versions": {
+            d: _version(d)
+            for d in ("nemo-fp8-rl", "torch", "transformers", "tokenizers", "ray", "pydantic")
+        },
+        "env": {k: os.environ[k] for k in ("RAY_ADDRESS", "SLURM_JOB_ID") if k in os.environ},
+        **extra,
+    }
+    _atomic_write(run_dir / "environment.json", json.dumps(env, indent=1, default=str) + "\n")

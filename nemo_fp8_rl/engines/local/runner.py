@@ -1,0 +1,208 @@
+"""The embedded engine's driver: warm-up, Ray actors, the GRPO loop, metrics, checkpoints.
+
+Per step k (0-based; metrics are logged at step k+1, the number of completed steps):
+prompts of step k -> rollout actor samples `num_generations_per_prompt` responses each ->
+exact-match rewards -> GRPO advantages -> trainer actor runs the step -> refit (trainer
+masters -> FP8 buckets -> rollout engine) -> validation every `val_period` steps ->
+metrics, progress bar, checkpoint every `save_period` steps. All randomness is a function of
+(seed, step), and the trainer's state is checkpointed, so `--resume` reproduces an
+uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import ray
+import torch
+
+from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.engines.local import checkpoint as ckpt
+from nemo_fp8_rl.engines.local import precision, rundir
+from nemo_fp8_rl.engines.local.actors import make_actors, start_ray
+from nemo_fp8_rl.engines.local.advantages import grpo_advantages
+from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
+from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar
+from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint
+from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
+from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+from nemo_fp8_rl.engines.local.warmup import warm_start
+
+
+def _sampling_seed(seed: int, step: int) -> int:
+    """Seed of the rollout sampler at GRPO step `step` (validation uses `step` = -1 - k)."""
+    return (seed * 1_000_003 + step * 7_919) % (2**63 - 1)
+
+
+def prepare_model(recipe: Recipe, run_dir: Path, local: LocalConfig) -> dict[str, Any]:
+    """Build the tiny model from the recipe seed, warm-start it, save it as `run_dir/model`."""
+    tokenizer = build_tokenizer()
+    seed = recipe.config["grpo"]["seed"]
+    model = build_model(local.model, tokenizer, seed)
+    t0 = time.perf_counter()
+    info = warm_start(model, tokenizer, local, seed)
+    info["seconds"] = time.perf_counter() - t0
+    save_checkpoint(model, tokenizer, run_dir / "model")
+    return info
+
+
+class Loop:
+    """One run of the GRPO loop against a trainer and a rollout actor."""
+
+    def __init__(self, recipe: Recipe, run_dir: Path, trainer: Any, rollout: Any) -> None:
+        """Read the loop's settings from the recipe."""
+        cfg = recipe.config
+        self.cfg, self.run_dir = cfg, run_dir
+        self.trainer, self.rollout = trainer, rollout
+        grpo = cfg["grpo"]
+        self.seed, self.steps = grpo["seed"], grpo["max_num_steps"]
+        self.prompts, self.group = grpo["num_prompts_per_step"], grpo["num_generations_per_prompt"]
+        self.local = LocalConfig(**cfg["local"])
+        self.ckpt_cfg = cfg["checkpointing"]
+        self.ckpt_root = run_dir / "checkpoints"
+        self.last_val: float | None = None
+
+    # ---- pieces ----------------------------------------------------------------------------
+    def refit(self) -> float:
+        """Send the trainer's weights through the refit bridge to the rollout engine; seconds."""
+        t0 = time.perf_counter()
+        ray.get(self.rollout.apply_refit.remote(self.trainer.refit_buckets.remote()))
+        return time.perf_counter() - t0
+
+    def validate(self, step: int) -> dict[str, float]:
+        """Validation accuracy of the rollout engine's current weights."""
+        out = ray.get(self.rollout.validate.remote(_sampling_seed(self.seed, -1 - step)))
+        self.last_val = out["validation/accuracy"]
+        return out
+
+    def rollout_batch(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """Sample the step's responses, score them, and build the training batch."""
+        problems = train_problems(self.local.task, step, self.prompts)
+        prompts = [p for p in problems.prompts for _ in range(self.group)]
+        answers = [a for a in problems.answers for _ in range(self.group)]
+        ids, mask, gen, texts = ray.get(
+            self.rollout.generate.remote(prompts, _sampling_seed(self.seed, step))
+        )
+        rewards = exact_match_reward(texts, answers)
+        grpo = self.cfg["grpo"]
+        adv = grpo_advantages(
+            rewards,
+            self.group,
+            leave_one_out=grpo["use_leave_one_out_baseline"],
+            normalize=grpo["normalize_rewards"],
+        )
+        mixed = (rewards.view(-1, self.group).std(1) > 0).float().mean()
+        stats = {
+            "train/reward": float(rewards.mean()),
+            "train/mixed_group_frac": float(mixed),
+            "train/mean_response_length": float(gen.mask.sum(1).mean()),
+        }
+        return build_batch(ids, mask, gen, adv), stats
+
+    def step(self, k: int) -> dict[str, float]:
+        """GRPO step k (0-based): rollout, train, refit, maybe validate."""
+        t0 = time.perf_counter()
+        batch, metrics = self.rollout_batch(k)
+        t_gen = time.perf_counter() - t0
+        metrics.update(ray.get(self.trainer.train_step.remote(batch, k)))
+        metrics["timing/train/refit"] = self.refit()
+        metrics["timing/train/generate"] = t_gen
+        total = time.perf_counter() - t0
+        metrics["timing/train/total_step_time"] = total
+        metrics["throughput/tokens_per_sec"] = num_tokens(batch) / total
+        done = k + 1
+        period = self.cfg["grpo"]["val_period"]
+        if (period and done % period == 0) or (
+            done == self.steps and self.cfg["grpo"]["val_at_end"]
+        ):
+            t1 = time.perf_counter()
+            metrics.update(self.validate(done))
+            metrics["timing/validation/total_validation_time"] = time.perf_counter() - t1
+        return metrics
+
+    def save(self, done: int) -> None:
+        """Atomic checkpoint after `done` completed steps, then prune to `keep_top_k`."""
+        state = {"trainer": ray.get(self.trainer.state_dict.remote()), "rng": torch.get_rng_state()}
+        info = {"validation/accuracy": self.last_val, "recipe": self.cfg["logger"]["wandb"]["name"]}
+        ckpt.save_checkpoint(self.ckpt_root, done, state, info)
+        ckpt.prune_checkpoints(
+            self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), "validation/accuracy"
+        )
+
+    def resume(self) -> int:
+        """Load the latest checkpoint into the trainer; returns the completed step count."""
+        path = ckpt.latest_checkpoint(self.ckpt_root)
+        if path is None:
+            return 0
+        state, info = ckpt.load_checkpoint(path)
+        ray.get(self.trainer.load_state_dict.remote(state["trainer"]))
+        torch.set_rng_state(state["rng"])
+        self.last_val = info.get("validation/accuracy")
+        return int(info["step"])
+
+    # ---- the run ---------------------------------------------------------------------------
+    def run(self, *, resume: bool, progress: bool) -> None:
+        """Run (or continue) the loop to `grpo.max_num_steps`."""
+        start = self.resume() if resume else 0
+        self.refit()
+        logger = MetricsLogger(
+            self.run_dir, tensorboard=self.cfg["logger"]["tensorboard_enabled"], start_step=start
+        )
+        bar = ProgressBar(
+            self.steps, start, enabled=progress, name=self.cfg["logger"]["wandb"]["name"]
+        )
+        try:
+            if start == 0 and self.cfg["grpo"]["val_at_start"]:
+                logger.log(0, self.validate(0))
+            save_period = self.ckpt_cfg["save_period"]
+            for k in range(start, self.steps):
+                metrics = self.step(k)
+                logger.log(k + 1, metrics)
+                bar.update(metrics)
+                done = k + 1
+                if self.ckpt_cfg["enabled"] and (done % save_period == 0 or done == self.steps):
+                    self.save(done)
+        finally:
+            bar.close()
+            logger.close()
+
+
+def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+    """Run a CPU recipe with the embedded engine; returns the run directory.
+
+    The recipe must have `cluster.gpus_per_node: 0`; GPU-only features are reported with the
+    key to change. The run directory gets `recipe.yaml`, `environment.json`, `model/`,
+    `metrics.jsonl`, `logs/tb/` and `checkpoints/`.
+    """
+    cfg = recipe.config
+    precision.check_cpu_support(cfg, recipe.name)
+    local = LocalConfig(**cfg["local"])
+    torch.set_num_threads(local.num_threads)
+    run_dir = Path(recipe.run_dir).resolve()
+    rundir.prepare(run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume)
+    t0 = time.perf_counter()
+    model_info = None
+    if not (resume and (run_dir / "model" / "config.json").exists()):
+        model_info = prepare_model(recipe, run_dir, local)
+    started = start_ray()
+    try:
+        trainer, rollout = make_actors(cfg, str(run_dir / "model"), local.num_threads)
+        rundir.write_environment(
+            run_dir,
+            {
+                "num_threads": local.num_threads,
+                "warmup": model_info,
+                "resume": resume,
+                "setup_seconds": time.perf_counter() - t0,
+            },
+        )
+        Loop(recipe, run_dir, trainer, rollout).run(
+            resume=resume, progress=progress and local.progress
+        )
+    finally:
+        if started:
+            ray.shutdown()
+    return run_dir
