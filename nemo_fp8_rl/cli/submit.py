@@ -1,7 +1,7 @@
 """`nemo_fp8_rl.submit`: run a recipe as a Slurm job, and look after submitted jobs.
 
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
-                       [--job-name N] [--run-dir D] [--template F] [--dry-run] [key=value ...]
+                       [--job-name N] [--nodes N] [--run-dir D] [--template F] [--dry-run] [key=value ...]
     nemo_fp8_rl.submit status JOB
     nemo_fp8_rl.submit logs JOB [--ray]
     nemo_fp8_rl.submit cancel JOB
@@ -46,6 +46,7 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--container", help="container image for pyxis (overrides slurm.container)")
     p.add_argument("--mounts", help="comma-separated SRC:DST[:ro] list (overrides slurm.mounts)")
     p.add_argument("--job-name", help="job name (default: the recipe name)")
+    p.add_argument("--nodes", type=int, help="nodes to allocate (default: cluster.num_nodes)")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
@@ -72,6 +73,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "container": args.container,
         "mounts": split_mounts(args.mounts) if args.mounts else None,
         "job_name": args.job_name,
+        "nodes": args.nodes,
     }
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
@@ -92,7 +94,10 @@ def run_job_command(args: argparse.Namespace) -> int:
     """status / logs / cancel for one job id."""
     if args.command == "status":
         status = job_status(args.job_id)
-        print(f"job {status.job_id}: {status.state}" + (f" (exit {status.exit_code})" if status.exit_code else ""))
+        print(
+            f"job {status.job_id}: {status.state}"
+            + (f" (exit {status.exit_code})" if status.exit_code else "")
+        )
         return 0 if status.state != "UNKNOWN" else 1
     if args.command == "cancel":
         status = cancel(args.job_id, wait_s=args.wait)

@@ -20,8 +20,17 @@ from typing import Any
 import yaml
 
 FINAL_STATES = frozenset(
-    {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED",
-     "BOOT_FAIL", "DEADLINE"}
+    {
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+    }
 )
 _JOB_ID = re.compile(r"\d+(_\d+)?")
 
@@ -121,7 +130,9 @@ def job_status(job_id: str) -> JobStatus:
     """Current state of `job_id`: squeue, then scontrol, then sacct; `UNKNOWN` if none knows it."""
     check_job_id(job_id)
     proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
-    state = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+    state = (
+        proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+    )
     fields = _scontrol_fields(job_id)
     if fields.get("JobState"):
         return JobStatus(job_id, fields["JobState"], fields.get("ExitCode", ""))
@@ -129,7 +140,11 @@ def job_status(job_id: str) -> JobStatus:
         return JobStatus(job_id, state)
     if shutil.which("sacct"):
         proc = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"], check=False)
-        line = proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
+        line = (
+            proc.stdout.strip().splitlines()[0]
+            if proc.returncode == 0 and proc.stdout.strip()
+            else ""
+        )
         if line:
             sacct_state, _, code = line.partition("|")
             return JobStatus(job_id, sacct_state.split()[0], code)

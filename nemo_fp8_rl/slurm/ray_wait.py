@@ -52,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     except TimeoutError as err:
         print(f"ray_wait: {err}", file=sys.stderr)
         return 1
-    print(f"ray_wait: {alive} Ray node(s) alive at {args.address} after {time.monotonic() - start:.1f} s")
+    print(
+        f"ray_wait: {alive} Ray node(s) alive at {args.address} after {time.monotonic() - start:.1f} s"
+    )
     return 0
 
 

@@ -32,12 +32,7 @@ def default_template() -> Path:
 
 def sbatch_header(spec: JobSpec) -> list[str]:
     """`#SBATCH` lines: name, shape, limits, GPUs only when the job has any, log path."""
-    opts: list[tuple[str, str | None]] = [
-        ("job-name", spec.job_name),
-        ("nodes", str(spec.nodes)),
-        ("ntasks-per-node", "1"),
-        ("time", spec.time),
-    ]
+    opts: list[tuple[str, str | None]] = [("job-name", spec.job_name), ("time", spec.time)]
     if spec.account:
         opts.append(("account", spec.account))
     if spec.partition:
@@ -49,6 +44,7 @@ def sbatch_header(spec: JobSpec) -> list[str]:
         opts.append(("exclusive", None))
     opts.append(("output", f"{spec.log_root}/slurm-%j.out"))
     lines = [f"#SBATCH --{k}" if v is None else f'#SBATCH --{k}="{v}"' for k, v in opts]
+    lines[1:1] = [f"#SBATCH --nodes={spec.nodes}", "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH {_quote_sbatch_arg(a)}" for a in spec.extra_sbatch_args]
     return lines
 
@@ -65,6 +61,21 @@ def _quote_sbatch_arg(arg: str) -> str:
     return f'{flag}="{value}"' if sep else flag
 
 
+def container_args(spec: JobSpec) -> list[str]:
+    """pyxis flags for every srun step; none at all without a container image."""
+    if not spec.container:
+        return []
+    args = [
+        f"--container-image={spec.container}",
+        "--container-name=nemo-fp8-rl",
+        f"--container-workdir={spec.workdir}",
+        "--no-container-mount-home",
+    ]
+    if spec.mounts:
+        args.append(f"--container-mounts={','.join(spec.mounts)}")
+    return args
+
+
 def settings(spec: JobSpec) -> list[str]:
     """Shell assignments, one per value, each quoted; then the job's environment, exported."""
     values = {
@@ -74,14 +85,13 @@ def settings(spec: JobSpec) -> list[str]:
         "NUM_NODES": str(spec.nodes),
         "GPUS_PER_NODE": str(spec.gpus_per_node),
         "STEP_GRES": step_gres(spec),
-        "CONTAINER_IMAGE": spec.container or "",
-        "CONTAINER_MOUNTS": ",".join(spec.mounts),
         "PYTHON_BIN_DIR": str(spec.python_bin_dir or ""),
         "SETUP_COMMAND": spec.setup_command or "",
         "RAY_WAIT_TIMEOUT_S": str(spec.ray_wait_timeout_s),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))
+    lines.append(f"CONTAINER_ARGS=({' '.join(shlex.quote(a) for a in container_args(spec))})")
     lines += [f"export {name}={shlex.quote(value)}" for name, value in spec.env]
     return lines
 

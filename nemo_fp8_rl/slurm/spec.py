@@ -149,7 +149,8 @@ def build_job_spec(
     """A checked `JobSpec` from a loaded `Recipe`, its frozen copy and command-line flags.
 
     Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`) override the recipe's
-    `slurm` section; nodes and GPUs come from `cluster`. Without a container, the job puts the
+    `slurm` section; nodes and GPUs come from `cluster` (`nodes` may ask for more nodes than
+    `cluster.num_nodes`, e.g. to spread the embedded engine's Ray actors over a 2-node cluster). Without a container, the job puts the
     submitting interpreter's directory first on PATH (`python_bin_dir`, default: this Python's).
     """
     cfg = dict(recipe.config.get("slurm") or {})
@@ -161,7 +162,7 @@ def build_job_spec(
     mounts = cfg.get("mounts") or ()
     spec = JobSpec(
         job_name=check_header_value(str(cfg.get("job_name") or recipe.name), "job name"),
-        nodes=_positive_int(cluster.get("num_nodes", 1), "cluster.num_nodes", 1),
+        nodes=_job_nodes(cfg.get("nodes"), cluster.get("num_nodes", 1)),
         gpus_per_node=_positive_int(cluster.get("gpus_per_node", 0), "cluster.gpus_per_node", 0),
         run_dir=Path(recipe.run_dir).absolute(),
         recipe_file=Path(recipe_file).absolute(),
@@ -179,6 +180,20 @@ def build_job_spec(
         python_bin_dir=python_bin_dir,
     )
     return check_paths(spec)
+
+
+def _job_nodes(flag: Any, num_nodes: Any) -> int:
+    """Nodes to allocate: `--nodes`, else `cluster.num_nodes`; never fewer than the recipe needs."""
+    needed = _positive_int(num_nodes, "cluster.num_nodes", 1)
+    if flag is None:
+        return needed
+    nodes = _positive_int(flag, "--nodes", 1)
+    if nodes < needed:
+        raise JobSpecError(
+            f"--nodes {nodes} is fewer than the recipe's cluster.num_nodes={needed}; training would "
+            "wait forever for the missing nodes. Fix: raise --nodes or lower cluster.num_nodes"
+        )
+    return nodes
 
 
 def check_paths(spec: JobSpec) -> JobSpec:
@@ -200,5 +215,6 @@ def _optional_header(value: Any, where: str) -> str | None:
 
 
 def _sbatch_args(args: Iterable[str]) -> tuple[str, ...]:
-    return tuple(check_sbatch_arg(str(a), f"slurm.extra_sbatch_args[{i}]") for i, a in enumerate(args))
-
+    return tuple(
+        check_sbatch_arg(str(a), f"slurm.extra_sbatch_args[{i}]") for i, a in enumerate(args)
+    )
