@@ -403,3 +403,41 @@ def test_cli_errors(pair, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main([str(pair[0].path), str(pair[1].path), "grpo.seed=1"])
     assert "overrides apply to recipes only" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- entropy surges
+
+
+def _entropy_series(seed: int, steps: int = 120) -> tuple[list[int], list[float]]:
+    """Noisy entropy with random level shifts, spikes and NaN gaps."""
+    rng = np.random.default_rng(seed)
+    values = 0.8 + rng.normal(0, rng.choice([0.002, 0.01, 0.05]), steps)
+    for start in rng.integers(5, steps, size=rng.integers(0, 4)):
+        values[start:] += rng.choice([0.03, 0.1, 0.4, -0.2])
+    values[rng.random(steps) < 0.03] = np.nan
+    return list(range(1, steps + 1)), values.tolist()
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_surge_onsets_match_the_diagnostics_detector(seed):
+    from nemo_fp8_rl.compare import entropy_surges
+    from nemo_fp8_rl.diagnostics import detect_entropy_surges
+    from nemo_fp8_rl.runs import Series
+
+    steps, values = _entropy_series(seed)
+    ours = entropy_surges(Series(np.array(steps), np.array(values)))
+    assert ours == detect_entropy_surges(steps, values)
+
+
+def test_surge_examples():
+    from nemo_fp8_rl.compare import entropy_surges
+    from nemo_fp8_rl.runs import Series
+
+    flat = 0.8 + 0.004 * np.sin(1.3 * np.arange(1, 61))
+    assert entropy_surges(Series(np.arange(1, 61), flat)) == []
+    jump = flat.copy()
+    jump[40:] += 0.3  # steps 41.. ; the window re-baselines, so one onset
+    assert entropy_surges(Series(np.arange(1, 61), jump)) == [41]
+    small = flat.copy()
+    small[40:] += 0.03  # many sigmas, but below the minimum rise of 0.05 nats
+    assert entropy_surges(Series(np.arange(1, 61), small)) == []

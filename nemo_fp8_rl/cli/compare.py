@@ -15,20 +15,18 @@ import sys
 import time
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import run_main
-
 _RUN_FILES = ("metrics.jsonl",)
 
 
 def _kind(item: str) -> str:
     """ "run" (a directory, a metrics JSONL or an event file), "recipe", or "unknown"."""
-    from nemo_fp8_rl.config import RecipeError, resolve_ref
-
     path = Path(item)
     if path.is_dir() or (
         path.is_file() and (path.name in _RUN_FILES or path.name.startswith("events.out.tfevents."))
     ):
         return "run"
+    from nemo_fp8_rl.config import RecipeError, resolve_ref
+
     try:
         resolve_ref(item)
     except RecipeError:
@@ -140,7 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-entry = run_main(main)
+def entry() -> None:
+    """Console script: exit with `main`'s code (it reports recipe and run errors itself)."""
+    try:
+        code = main(None)
+    except KeyboardInterrupt:
+        code = 130
+    sys.exit(code)
+
 
 if __name__ == "__main__":
     entry()
