@@ -24,11 +24,15 @@ T = torch.tensor
 
 def samples(r8, r16, adv, w=None):
     d = torch.float64
-    return prepare_samples(T(r8, dtype=d), T(r16, dtype=d), T(adv, dtype=d), None if w is None else T(w, dtype=d))
+    return prepare_samples(
+        T(r8, dtype=d), T(r16, dtype=d), T(adv, dtype=d), None if w is None else T(w, dtype=d)
+    )
 
 
 # ---- pure functions ---------------------------------------------------------------------------
-@pytest.mark.parametrize(("q", "expected"), [(0.0, 1.0), (0.2, 1.0), (0.4, 2.0), (0.41, 3.0), (0.8, 4.0), (1.0, 5.0)])
+@pytest.mark.parametrize(
+    ("q", "expected"), [(0.0, 1.0), (0.2, 1.0), (0.4, 2.0), (0.41, 3.0), (0.8, 4.0), (1.0, 5.0)]
+)
 def test_inverted_cdf_quantile(q: float, expected: float) -> None:
     assert inverted_cdf_quantile(T([3.0, 1.0, 2.0, 5.0, 4.0]), q) == expected
 
@@ -56,12 +60,21 @@ def test_lower_target_edges_alpha_zero_and_all_clipped() -> None:
 
 def test_rho_active_mass_and_surrogate_value_by_hand() -> None:
     #            pos      pos      neg      neg     neg (above dual c = 3)
-    s = samples([1.1, 1.3, 0.7, 0.9, 3.5], [1.0] * 5, [1.0, 2.0, -1.0, -1.0, -2.0], [1.0, 1.0, 1.0, 1.0, 0.5])
+    s = samples(
+        [1.1, 1.3, 0.7, 0.9, 3.5],
+        [1.0] * 5,
+        [1.0, 2.0, -1.0, -1.0, -2.0],
+        [1.0, 1.0, 1.0, 1.0, 0.5],
+    )
     rho, p, n = update_balance(s, s.fp8_ratio, 0.8, 1.2, dual_c=3.0, mode="active_mass")
     assert (p, n) == (pytest.approx(1.1), pytest.approx(0.9)) and rho == pytest.approx(1.1 / 0.9)
     rho, p, n = update_balance(s, s.fp8_ratio, 0.8, 1.2, dual_c=3.0, mode="surrogate_value")
     # P = 1·1.1 + 2·min(1.3, 1.2);  N = 1·max(0.7, 0.8) + 1·0.9 + 0.5·2·min(3.5, 3)
-    assert p == pytest.approx(3.5) and n == pytest.approx(0.8 + 0.9 + 3.0) and rho == pytest.approx(3.5 / 4.7)
+    assert (
+        p == pytest.approx(3.5)
+        and n == pytest.approx(0.8 + 0.9 + 3.0)
+        and rho == pytest.approx(3.5 / 4.7)
+    )
     rho_no_dual, _, n = update_balance(s, s.fp8_ratio, 0.8, 1.2, dual_c=None, mode="active_mass")
     assert n == pytest.approx(0.9 + 3.5) and rho_no_dual == pytest.approx(1.1 / 4.4)
 
@@ -77,7 +90,9 @@ def test_upper_target_active_mass_by_hand() -> None:
     # tokens: (+1, r=1.0, r̃=1.0), (+1, r=1.1, r̃=1.3), (−1, r=1.0, r̃=1.0); ρ_ref = 2.1 / 1.0
     s = samples([1.0, 1.3, 1.0], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
     high, rho_ref = upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0)
-    assert rho_ref == pytest.approx(2.1) and high == pytest.approx(1.3)  # P(1.0) = 1.0 < 2.1 ≤ P(1.3)
+    assert rho_ref == pytest.approx(2.1) and high == pytest.approx(
+        1.3
+    )  # P(1.0) = 1.0 < 2.1 ≤ P(1.3)
     assert upper_target(s, 0.8, 0.8, 1.2, 1.2, 1.25)[0] == 1.25  # unreachable below high_max
     # r̃ = 0.45 for the negative token, L* = 0.4: target 2.1·0.45 = 0.945 ≤ P(1.0), below the floor
     s_easy = samples([1.0, 1.3, 0.45], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
@@ -91,7 +106,9 @@ def test_upper_target_surrogate_value_solves_the_linear_piece() -> None:
     assert rho_ref == pytest.approx(2.1) and high == pytest.approx(1.1)
     # r̃ = 1.8/2.1 for the negative token: target 1.8 = P(H) = 2H below every ratio → H = 0.9
     s_low = samples([1.0, 1.3, 1.8 / 2.1], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
-    assert upper_target(s_low, 0.8, 0.8, 1.2, 0.5, 2.0, mode="surrogate_value")[0] == pytest.approx(0.9)
+    assert upper_target(s_low, 0.8, 0.8, 1.2, 0.5, 2.0, mode="surrogate_value")[0] == pytest.approx(
+        0.9
+    )
 
 
 def test_upper_target_rejects_undefined_reference_balance() -> None:
@@ -159,7 +176,11 @@ def test_bounds_are_lagged_and_held_between_calibrations() -> None:
     assert cal.bounds == pytest.approx((0.8, 1.2))  # observe never moves the bounds
     m = cal.update(0)
     moved = cal.bounds
-    assert moved[0] < 0.8 and moved == (m["calib_low"], m["calib_high"]) and cal.last_calibration_step == 0
+    assert (
+        moved[0] < 0.8
+        and moved == (m["calib_low"], m["calib_high"])
+        and cal.last_calibration_step == 0
+    )
     for step in (1, 2):
         assert cal.update(step) == {"calib_low": moved[0], "calib_high": moved[1]}
     cal.observe(**noisy_batch(1))
@@ -215,7 +236,11 @@ def test_state_dict_round_trip_and_mismatch() -> None:
     state = cal.state_dict()
     other = make_cal()
     other.load_state_dict(state)
-    assert other.bounds == cal.bounds and other.history == cal.history and other.last_calibration_step == 0
+    assert (
+        other.bounds == cal.bounds
+        and other.history == cal.history
+        and other.last_calibration_step == 0
+    )
     wrong = Calibrator(CalibrationConfig(enabled=True), 0.2, 0.28)
     with pytest.raises(ValueError, match="nominal bounds"):
         wrong.load_state_dict(state)

@@ -22,7 +22,12 @@ def shard(rank: int) -> dict[str, torch.Tensor]:
     r16 = torch.exp(0.1 * torch.randn(n, generator=g))
     r8 = r16 * (1 + 0.05 * torch.randn(n, generator=g))
     adv = torch.randn(n, generator=g)
-    return {"fp8_ratio": r8, "bf16_ratio": r16, "advantages": adv, "weights": torch.rand(n, generator=g)}
+    return {
+        "fp8_ratio": r8,
+        "bf16_ratio": r16,
+        "advantages": adv,
+        "weights": torch.rand(n, generator=g),
+    }
 
 
 def make_cal() -> Calibrator:
@@ -44,7 +49,9 @@ def worker(rank: int, init_file: str, out: dict) -> None:
 
 def test_ranks_agree_with_single_process_over_all_tokens(tmp_path) -> None:
     out = mp.Manager().dict()
-    mp.start_processes(worker, args=(str(tmp_path / "init"), out), nprocs=WORLD, start_method="fork")
+    mp.start_processes(
+        worker, args=(str(tmp_path / "init"), out), nprocs=WORLD, start_method="fork"
+    )
     single = make_cal()
     for rank in range(WORLD):
         single.observe(**shard(rank))

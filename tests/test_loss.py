@@ -50,7 +50,11 @@ CONFIGS = {
         "use_importance_sampling_correction": True,
     },
     "k1_onpolicy_kl": {"reference_policy_kl_type": "k1", "use_on_policy_kl_approximation": True},
-    "k2_clamped": {"reference_policy_kl_type": "k2", "kl_input_clamp_value": 0.3, "kl_output_clamp_value": 0.05},
+    "k2_clamped": {
+        "reference_policy_kl_type": "k2",
+        "kl_input_clamp_value": 0.3,
+        "kl_output_clamp_value": 0.05,
+    },
     "no_kl": {"reference_policy_kl_penalty": 0.0},
     "kl_in_reward": {"use_kl_in_reward": True},
     "cispo": {"use_cispo": True, "ratio_clip_min": 1.0, "ratio_clip_max": 5.0},
@@ -60,7 +64,9 @@ CONFIGS = {
 }
 
 
-def make_batch(seed: int, b: int = 6, s: int = 17, spread: float = 0.3) -> tuple[torch.Tensor, dict]:
+def make_batch(
+    seed: int, b: int = 6, s: int = 17, spread: float = 0.3
+) -> tuple[torch.Tensor, dict]:
     """Random GRPO-like micro-batch: per-sequence advantages, ragged token masks, one dropped sample."""
     g = torch.Generator().manual_seed(seed)
     token_mask = torch.zeros(b, s)
@@ -135,14 +141,24 @@ def nemo_rl_reference(c: dict, lp, data, gs, gt):
 
     out = {
         "token_mult_prob_error": mmean(torch.exp((gen - prev).abs() * m), m, gt).item(),
-        "gen_kl_error": mmean(kl_ref(gen, prev, cfg["reference_policy_kl_type"], None, None), m, gt).item(),
-        "policy_kl_error": mmean(kl_ref(prev, gen, cfg["reference_policy_kl_type"], None, None), m, gt).item(),
+        "gen_kl_error": mmean(
+            kl_ref(gen, prev, cfg["reference_policy_kl_type"], None, None), m, gt
+        ).item(),
+        "policy_kl_error": mmean(
+            kl_ref(prev, gen, cfg["reference_policy_kl_type"], None, None), m, gt
+        ).item(),
     }
     mix = torch.log(0.5 * prev.exp() + 0.5 * gen.exp())
-    jsd = 0.5 * (torch.exp(prev - mix) - (prev - mix) - 1) + 0.5 * (torch.exp(gen - mix) - (gen - mix) - 1)
+    jsd = 0.5 * (torch.exp(prev - mix) - (prev - mix) - 1) + 0.5 * (
+        torch.exp(gen - mix) - (gen - mix) - 1
+    )
     out["js_divergence_error"] = mmean(jsd, m, gt).item()
     if beta != 0:
-        w_kl = torch.exp(lp - gen) if cfg["use_on_policy_kl_approximation"] else torch.exp(lp - lp.detach())
+        w_kl = (
+            torch.exp(lp - gen)
+            if cfg["use_on_policy_kl_approximation"]
+            else torch.exp(lp - lp.detach())
+        )
         kl = beta * kl_ref(lp, data["reference_policy_logprobs"][:, 1:], cfg["reference_policy_kl_type"],
                            cfg["kl_input_clamp_value"], cfg["kl_output_clamp_value"], torch.nan_to_num(w_kl, 0.0, 0.0, 0.0))  # fmt: skip
         kl = reduce(kl)
@@ -156,7 +172,11 @@ def nemo_rl_reference(c: dict, lp, data, gs, gt):
         r = rc = lp
     else:
         lr = lp - prev
-        r = mmean(lr, tm, dim=-1)[:, None].exp().repeat(1, lr.shape[1]) if cfg["sequence_level_importance_ratios"] else lr.exp()
+        r = (
+            mmean(lr, tm, dim=-1)[:, None].exp().repeat(1, lr.shape[1])
+            if cfg["sequence_level_importance_ratios"]
+            else lr.exp()
+        )
         rc = r.clamp(lo, hi)
     if cfg["use_cispo"]:
         cl = -adv * rc.detach() * lp
@@ -206,9 +226,14 @@ def nemo_rl_reference(c: dict, lp, data, gs, gt):
 
 def run_both(c: dict, seed: int):
     lp, data = make_batch(seed)
-    gs, gt = data["sample_mask"].sum(), (data["token_mask"][:, 1:] * data["sample_mask"][:, None]).sum()
+    gs, gt = (
+        data["sample_mask"].sum(),
+        (data["token_mask"][:, 1:] * data["sample_mask"][:, None]).sum(),
+    )
     lp_a, lp_b = lp.clone().requires_grad_(), lp.clone().requires_grad_()
-    ours = CalibratedClippedPGLoss(c)(next_token_logprobs=lp_a, data=data, global_valid_seqs=gs, global_valid_toks=gt)
+    ours = CalibratedClippedPGLoss(c)(
+        next_token_logprobs=lp_a, data=data, global_valid_seqs=gs, global_valid_toks=gt
+    )
     ref = nemo_rl_reference(c, lp_b, data, gs, gt)
     ours[0].backward()
     ref[0].backward()
@@ -230,15 +255,32 @@ def test_equals_nemo_rl_formulas(name: str, seed: int) -> None:
 def test_micro_batch_metrics_sum_to_full_batch(name: str) -> None:
     """NeMo RL's rule: per-micro-batch values normalised by global counts sum to the batch value."""
     lp, data = make_batch(7)
-    gs, gt = data["sample_mask"].sum(), (data["token_mask"][:, 1:] * data["sample_mask"][:, None]).sum()
+    gs, gt = (
+        data["sample_mask"].sum(),
+        (data["token_mask"][:, 1:] * data["sample_mask"][:, None]).sum(),
+    )
     fn = CalibratedClippedPGLoss(CONFIGS[name])
-    full_loss, full = fn(next_token_logprobs=lp, data=data, global_valid_seqs=gs, global_valid_toks=gt)
+    full_loss, full = fn(
+        next_token_logprobs=lp, data=data, global_valid_seqs=gs, global_valid_toks=gt
+    )
     parts = [
-        fn(next_token_logprobs=lp[sl], data={k: v[sl] for k, v in data.items()}, global_valid_seqs=gs, global_valid_toks=gt)
+        fn(
+            next_token_logprobs=lp[sl],
+            data={k: v[sl] for k, v in data.items()},
+            global_valid_seqs=gs,
+            global_valid_toks=gt,
+        )
         for sl in (slice(0, 2), slice(2, 6))
     ]
     assert torch.allclose(sum(p[0] for p in parts), full_loss, atol=1e-6)
-    for key in ("clip_lower_frac", "clip_upper_frac", "clip_frac", "neg_token_frac", "calib_low", "gen_kl_error"):
+    for key in (
+        "clip_lower_frac",
+        "clip_upper_frac",
+        "clip_frac",
+        "neg_token_frac",
+        "calib_low",
+        "gen_kl_error",
+    ):
         assert math.isclose(sum(p[1][key] for p in parts), full[key], abs_tol=1e-6), key
     assert math.isclose(sum(p[1]["calib_low"] for p in parts), 0.8, abs_tol=1e-6)
 
@@ -251,7 +293,12 @@ def test_clipped_tokens_get_zero_gradient_unclipped_the_analytic_one() -> None:
     m = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
     gt = m.sum()
     lp = lp.requires_grad_()
-    loss, metrics = fn(next_token_logprobs=lp, data=data, global_valid_seqs=data["sample_mask"].sum(), global_valid_toks=gt)
+    loss, metrics = fn(
+        next_token_logprobs=lp,
+        data=data,
+        global_valid_seqs=data["sample_mask"].sum(),
+        global_valid_toks=gt,
+    )
     loss.backward()
     adv = data["advantages"][:, 1:]
     r = (lp.detach() - data["prev_logprobs"][:, 1:]).exp()
@@ -268,14 +315,21 @@ def test_sign_fractions_from_summed_metrics() -> None:
     lp, data = make_batch(5, b=32, s=33, spread=0.4)
     m = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
     _, metrics = CalibratedClippedPGLoss({})(
-        next_token_logprobs=lp, data=data, global_valid_seqs=data["sample_mask"].sum(), global_valid_toks=m.sum()
+        next_token_logprobs=lp,
+        data=data,
+        global_valid_seqs=data["sample_mask"].sum(),
+        global_valid_toks=m.sum(),
     )
     derived = derive_sign_fractions(metrics)
     adv, r = data["advantages"][:, 1:], (lp - data["prev_logprobs"][:, 1:]).exp()
     neg = (adv < 0) & (m > 0)
-    assert math.isclose(derived["clip_lower_frac_neg"], float((neg & (r < 0.8)).sum() / neg.sum()), rel_tol=1e-5)
+    assert math.isclose(
+        derived["clip_lower_frac_neg"], float((neg & (r < 0.8)).sum() / neg.sum()), rel_tol=1e-5
+    )
     pos = (adv > 0) & (m > 0)
-    assert math.isclose(derived["clip_upper_frac_pos"], float((pos & (r > 1.2)).sum() / pos.sum()), rel_tol=1e-5)
+    assert math.isclose(
+        derived["clip_upper_frac_pos"], float((pos & (r > 1.2)).sum() / pos.sum()), rel_tol=1e-5
+    )
     assert derived["clip_dual_frac_neg"] == 0.0
 
 
@@ -291,11 +345,31 @@ def test_loss_type_and_interface_attributes() -> None:
     [
         ({"ratio_clip_mni": 0.2}, "unknown key"),
         ({"ratio_clip_c": 0.5}, "ratio_clip_c must be > 1"),
-        ({"truncated_importance_sampling_type": "tis", "truncated_importance_sampling_ratio": 2.0}, "use_importance_sampling_correction"),
-        ({"use_importance_sampling_correction": True, "truncated_importance_sampling_type": "icepop", "truncated_importance_sampling_ratio": 2.0}, "ratio_min must be set"),
+        (
+            {
+                "truncated_importance_sampling_type": "tis",
+                "truncated_importance_sampling_ratio": 2.0,
+            },
+            "use_importance_sampling_correction",
+        ),
+        (
+            {
+                "use_importance_sampling_correction": True,
+                "truncated_importance_sampling_type": "icepop",
+                "truncated_importance_sampling_ratio": 2.0,
+            },
+            "ratio_min must be set",
+        ),
         ({"sequence_level_importance_ratios": True}, "token_level_loss: false"),
         ({"use_cispo": True, "ratio_clip_c": 3.0}, "ratio_clip_c: null"),
-        ({"token_level_loss": False, "sequence_level_importance_ratios": True, "calibration": {"enabled": True}}, "calibration.enabled needs"),
+        (
+            {
+                "token_level_loss": False,
+                "sequence_level_importance_ratios": True,
+                "calibration": {"enabled": True},
+            },
+            "calibration.enabled needs",
+        ),
         ({"calibration": {"enabled": True, "intervall": 3}}, "intervall"),
     ],
 )
@@ -312,14 +386,29 @@ def test_shadow_keys_feed_the_calibrator_with_loss_weights() -> None:
     cfg = {**CONFIGS["tis"], "calibration": {"enabled": True, "min_tokens": 1}}
     fn = CalibratedClippedPGLoss(cfg)
     m = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
-    fn(next_token_logprobs=lp, data=data, global_valid_seqs=data["sample_mask"].sum(), global_valid_toks=m.sum())
+    fn(
+        next_token_logprobs=lp,
+        data=data,
+        global_valid_seqs=data["sample_mask"].sum(),
+        global_valid_toks=m.sum(),
+    )
     rows = fn.calibrator._chunks[0]
     assert rows.shape[0] == int(m.sum())
     r8 = (lp - data["prev_logprobs"][:, 1:]).exp()[m > 0].double()
     assert torch.allclose(rows[:, 0], r8, rtol=1e-6)
     assert torch.allclose(rows[:, 1], r8 * math.exp(0.01), rtol=1e-5)
-    w = (data["prev_logprobs"] - data["generation_logprobs"])[:, 1:].exp().clamp(0, 1.5)[m > 0].double()
+    w = (
+        (data["prev_logprobs"] - data["generation_logprobs"])[:, 1:]
+        .exp()
+        .clamp(0, 1.5)[m > 0]
+        .double()
+    )
     assert torch.allclose(rows[:, 3], w, rtol=1e-6)
     del data["bf16_curr_logprobs"]
     with pytest.raises(KeyError, match="both bf16_prev_logprobs and bf16_curr_logprobs"):
-        fn(next_token_logprobs=lp, data=data, global_valid_seqs=data["sample_mask"].sum(), global_valid_toks=m.sum())
+        fn(
+            next_token_logprobs=lp,
+            data=data,
+            global_valid_seqs=data["sample_mask"].sum(),
+            global_valid_toks=m.sum(),
+        )
