@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -216,3 +217,15 @@ def test_cli_reports_bad_input(capsys):
     )
     assert submit_cli.main(["status", "12;rm"]) == 1
     assert "'12;rm' is not a Slurm job id" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "path", [GOLDEN, Path(__file__).parents[1] / "scripts" / "local-slurm.sh"], ids=lambda p: p.name
+)
+def test_shellcheck_clean(path):
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck not installed (apt-get install shellcheck)")
+    proc = subprocess.run(
+        ["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout

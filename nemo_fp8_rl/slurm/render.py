@@ -91,6 +91,7 @@ def settings(spec: JobSpec) -> list[str]:
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))
+    lines.append("# shellcheck disable=SC2054  # commas separate pyxis mounts, not array items")
     lines.append(f"CONTAINER_ARGS=({' '.join(shlex.quote(a) for a in container_args(spec))})")
     lines += [f"export {name}={shlex.quote(value)}" for name, value in spec.env]
     return lines
