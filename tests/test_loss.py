@@ -178,10 +178,7 @@ def nemo_rl_reference(c: dict, lp, data, gs, gt):
             else lr.exp()
         )
         rc = r.clamp(lo, hi)
-    if cfg["use_cispo"]:
-        cl = -adv * rc.detach() * lp
-    else:
-        cl = torch.max(-adv * r, -adv * rc)
+    cl = -adv * rc.detach() * lp if cfg["use_cispo"] else torch.max(-adv * r, -adv * rc)
     if cfg["ratio_clip_c"] is not None:
         cl = torch.where(adv < 0, torch.min(cl, -adv * cfg["ratio_clip_c"]), cl)
     if cfg["sequence_level_importance_ratios"]:
