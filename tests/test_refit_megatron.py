@@ -29,7 +29,9 @@ def _bf16_round(model: torch.nn.Module) -> None:
             p.copy_(p.to(torch.bfloat16).to(p.dtype))
 
 
-def _megatron_and_hf(arch: str) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.nn.Module, AttentionLayout]:
+def _megatron_and_hf(
+    arch: str,
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.nn.Module, AttentionLayout]:
     from transformers import AutoModelForCausalLM
 
     dims = TinyGPT(arch=arch)
@@ -41,7 +43,11 @@ def _megatron_and_hf(arch: str) -> tuple[dict[str, torch.Tensor], torch.Tensor, 
         layout = AttentionLayout.from_megatron_config(model.config)
         state = {k: v.clone() for k, v in model.state_dict().items() if isinstance(v, torch.Tensor)}
     torch.manual_seed(123)
-    hf = AutoModelForCausalLM.from_config(hf_config(dims), attn_implementation="eager").float().eval()
+    hf = (
+        AutoModelForCausalLM.from_config(hf_config(dims), attn_implementation="eager")
+        .float()
+        .eval()
+    )
     return state, logits, hf, layout
 
 
@@ -89,7 +95,9 @@ def test_megatron_fp8_refit_equals_fake_quantized(arch: str, overrides: dict) ->
     state, _, hf, layout = _megatron_and_hf(arch)
     mapped = dict(megatron_to_engine(state.items(), layout))
     vllm_cfg = {"precision": "fp8", **overrides}
-    plan = RefitPlan.from_config({"policy": {"generation": {"vllm_cfg": vllm_cfg}}}, list(mapped), target="module")
+    plan = RefitPlan.from_config(
+        {"policy": {"generation": {"vllm_cfg": vllm_cfg}}}, list(mapped), target="module"
+    )
     assert plan.fp8_names and plan.spec is not None
     ModuleReceiver(hf).apply(stream_refit(mapped.items(), plan, dtype=None))
     targets = engine_targets(hf)

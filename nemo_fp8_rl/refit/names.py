@@ -120,7 +120,9 @@ def split_qkv(fused: torch.Tensor, layout: AttentionLayout, name: str) -> tuple[
 def split_gate_up(fused: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a gated `linear_fc1` (`[gate; up]`, dim 0) into HF gate_proj and up_proj."""
     if fused.shape[0] % 2:
-        raise MappingError(f"{name}: gated linear_fc1 needs an even row count, got {fused.shape[0]}")
+        raise MappingError(
+            f"{name}: gated linear_fc1 needs an even row count, got {fused.shape[0]}"
+        )
     gate, up = fused.chunk(2, dim=0)
     return gate.contiguous(), up.contiguous()
 
@@ -134,7 +136,9 @@ def _megatron_layer(
     if rest in ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias"):
         kind = rest.rsplit(".", 1)[1]
         q, k, v = split_qkv(tensor, layout, name)
-        return [(f"{prefix}self_attn.{p}_proj.{kind}", t) for p, t in zip("qkv", (q, k, v), strict=True)]
+        return [
+            (f"{prefix}self_attn.{p}_proj.{kind}", t) for p, t in zip("qkv", (q, k, v), strict=True)
+        ]
     if rest == "mlp.linear_fc1.weight":
         gate, up = split_gate_up(tensor, name)
         return [(prefix + "mlp.gate_proj.weight", gate), (prefix + "mlp.up_proj.weight", up)]
@@ -196,7 +200,9 @@ def hf_to_engine(named_tensors: Iterable[NamedTensor]) -> Iterator[NamedTensor]:
             continue
         base, kind = match.groups()
         if tensor.dim() != 3:
-            raise MappingError(f"{name}: fused experts must be 3-D [experts, out, in], got {list(tensor.shape)}")
+            raise MappingError(
+                f"{name}: fused experts must be 3-D [experts, out, in], got {list(tensor.shape)}"
+            )
         for e in range(tensor.shape[0]):
             if kind == "down_proj":
                 yield f"{base}.{e}.down_proj.weight", tensor[e]

@@ -21,6 +21,7 @@ from nemo_fp8_rl.refit.plan import BLOCK, RefitPlan, fused_group
 
 NamedTensor = tuple[str, torch.Tensor]
 _GROUP_SIZE = {"qkv_proj": 3, "gate_up_proj": 2}
+_FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,11 @@ class ManifestEntry:
 
 @dataclass
 class Bucket:
-    """One transfer unit; picklable (plain dataclass of tensors and tuples), so Ray can ship it."""
+    """One transfer unit; picklable, so Ray can ship it.
+
+    torch cannot unpickle float8 tensors (its storage reducer looks up a dtype that untyped
+    storages lack), so FP8 tensors travel as uint8 views and are viewed back on arrival.
+    """
 
     index: int
     entries: list[ManifestEntry] = field(default_factory=list)
@@ -53,6 +58,22 @@ class Bucket:
     def nbytes(self) -> int:
         """Bytes of tensor payload in this bucket."""
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["tensors"] = {
+            name: (t.view(torch.uint8), dtype_name(t.dtype)) if t.dtype in _FP8 else (t, None)
+            for name, t in self.tensors.items()
+        }
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        tensors = state.pop("tensors")
+        self.__dict__.update(state)
+        self.tensors = {
+            name: t.view(getattr(torch, dtype)) if dtype else t
+            for name, (t, dtype) in tensors.items()
+        }
 
     def add(self, name: str, tensor: torch.Tensor) -> None:
         """Append one tensor and its manifest entry."""
@@ -110,7 +131,8 @@ def _quantize_group(members: list[NamedTensor], plan: RefitPlan) -> list[NamedTe
     fused = torch.cat([t for _, t in members], dim=0)
     q, scale_inv = quantize(fused, plan.spec, name=members[0][0], nonfinite="saturate")
     out: list[NamedTensor] = []
-    for (name, t), part in zip(members, q.split([t.shape[0] for _, t in members]), strict=True):
+    sizes = [t.shape[0] for _, t in members]
+    for (name, _), part in zip(members, q.split(sizes), strict=True):
         out += [(name, part.contiguous()), (plan.scale_name(name), scale_inv.clone())]
     return out
 

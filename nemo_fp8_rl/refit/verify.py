@@ -75,12 +75,16 @@ def _check_buckets(buckets: list[Bucket], problems: list[str]) -> None:
     if indices != list(range(len(buckets))):
         problems.append(f"bucket indices {indices} are not 0..{len(buckets) - 1} in order")
     if not buckets[-1].last or any(b.last for b in buckets[:-1]):
-        problems.append("the refit is incomplete: the final bucket (last=True) is missing or misplaced")
+        problems.append(
+            "the refit is incomplete: the final bucket (last=True) is missing or misplaced"
+        )
     if len({(b.scheme, b.scale) for b in buckets}) > 1:
         problems.append("buckets disagree on the FP8 scheme")
 
 
-def _check_entries(bucket: Bucket, seen: dict[str, torch.Tensor], problems: list[str], bad: list[str]) -> None:
+def _check_entries(
+    bucket: Bucket, seen: dict[str, torch.Tensor], problems: list[str], bad: list[str]
+) -> None:
     listed = {e.name for e in bucket.entries}
     for extra in sorted(set(bucket.tensors) - listed):
         problems.append(f"{extra}: tensor not in the bucket manifest")
@@ -123,7 +127,9 @@ def _split_scales(
             bad.append(name)
         elif tuple(tensor.shape) != scale_inv_shape(q.shape, spec) and tensor.numel() != 1:
             want = list(scale_inv_shape(q.shape, spec))
-            problems.append(f"{name}: scale shape {list(tensor.shape)}, {received.scheme} needs {want}")
+            problems.append(
+                f"{name}: scale shape {list(tensor.shape)}, {received.scheme} needs {want}"
+            )
             bad.append(name)
         else:
             received.scales[weight] = tensor.reshape(scale_inv_shape(q.shape, spec))
