@@ -1,0 +1,98 @@
+"""The config hand-off for every recipe, the run-dir files, and what stops the engine early."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+
+import pytest
+import yaml
+
+from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
+from nemo_fp8_rl.engines.nemo import runner, to_nemo_config
+from nemo_fp8_rl.engines.nemo.handoff import HANDOFF_FILE, write_handoff
+
+RECIPES = find_recipes()
+PROJECT_KEYS = ("local", "refit", "slurm")
+
+
+def _strip(config: dict) -> dict:
+    out = copy.deepcopy(config)
+    for key in PROJECT_KEYS:
+        out.pop(key, None)
+    out["loss_fn"].pop("calibration", None)
+    return out
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=[short_name(p) for p in RECIPES])
+def test_handoff_is_the_recipe_minus_project_sections(path, tmp_path) -> None:
+    recipe = load_recipe(path, run_dir=tmp_path / "run")
+    before = copy.deepcopy(recipe.config)
+    cfg = to_nemo_config(recipe)
+    assert recipe.config == before  # the recipe is not modified
+    assert not set(PROJECT_KEYS) & set(cfg) and "calibration" not in cfg["loss_fn"]
+    assert cfg == _strip(recipe.config)
+    assert cfg["logger"]["log_dir"] == str(tmp_path / "run" / "logs")
+    assert cfg["checkpointing"]["checkpoint_dir"] == str(tmp_path / "run" / "checkpoints")
+    written = write_handoff(recipe, tmp_path / "run")
+    assert written.name == HANDOFF_FILE
+    assert yaml.safe_load(written.read_text()) == cfg
+
+
+def test_gpu_recipes_pass_the_engine_checks() -> None:
+    gpu = [p for p in RECIPES if load_recipe(p).config["cluster"]["gpus_per_node"] > 0]
+    assert gpu, "expected GPU recipes under recipes/"
+    for path in gpu:
+        assert runner.check_recipe(load_recipe(path)) == [], short_name(path)
+
+
+def test_cpu_recipe_and_unsupported_options_are_reported_together() -> None:
+    recipe = load_recipe(
+        "tiny/grpo-tiny-qwen3-cpu-fp8", ["refit.bridge=project", "grpo.async_grpo.enabled=true"]
+    )
+    problems = runner.check_recipe(recipe)
+    assert any("--engine local" in p for p in problems)
+    assert any("refit.bridge: project" in p for p in problems)
+    assert any("async_grpo" in p for p in problems)
+    with pytest.raises(runner.EngineConfigError, match="cannot run on the NeMo RL engine"):
+        runner.run(recipe)
+
+
+def test_calibration_needs_the_megatron_policy() -> None:
+    base = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
+    cfg = copy.deepcopy(base.config)
+    cfg["policy"]["megatron_cfg"]["enabled"] = False
+    problems = runner.check_recipe(dataclasses.replace(base, config=cfg))
+    assert any("needs the Megatron policy" in p for p in problems)
+
+
+def test_run_dir_resume_rules(tmp_path) -> None:
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", run_dir=tmp_path / "r")
+    with pytest.raises(runner.EngineConfigError, match="--resume given"):
+        runner.prepare_run_dir(recipe, resume=True)
+    run_dir = runner.prepare_run_dir(recipe, resume=False)
+    assert (run_dir / "recipe.yaml").is_file() and (run_dir / HANDOFF_FILE).is_file()
+    (tmp_path / "r" / "checkpoints" / "step_10").mkdir(parents=True)
+    with pytest.raises(runner.EngineConfigError, match="pass --resume"):
+        runner.prepare_run_dir(recipe, resume=False)
+    assert runner.prepare_run_dir(recipe, resume=True) == run_dir
+
+
+def test_package_path_is_exported_for_ray_workers(monkeypatch) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/somewhere")
+    root = runner.export_package_path()
+    assert os.environ["PYTHONPATH"].split(os.pathsep) == [root, "/somewhere"]
+    assert os.path.isfile(os.path.join(root, "nemo_fp8_rl", "engines", "nemo", "worker.py"))
+    runner.export_package_path()
+    assert os.environ["PYTHONPATH"].split(os.pathsep).count(root) == 1
+
+
+def test_worker_class_name_matches_the_registered_name() -> None:
+    import ast
+    from pathlib import Path
+
+    module, cls = runner.WORKER_FQN.rsplit(".", 1)
+    source = Path(runner.__file__).with_name("worker.py").read_text()
+    classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
+    assert module == "nemo_fp8_rl.engines.nemo.worker" and classes == [cls]
