@@ -10,18 +10,49 @@ import torch
 from test_fp8_ref import finite_values, ref_quantize, round_array, round_scalar
 
 from nemo_fp8_rl.fp8 import FP8Spec, dequantize, quantize, scale_inv_shape
+from nemo_fp8_rl.fp8.fast import quantize_chunked
+from nemo_fp8_rl.fp8.quantize import quantize_tiles
 
 GRANULARITIES = ["tensorwise", "per_channel", "rowwise", "blockwise"]
 SCALES = ["fp32", "pow2"]
 
 
 def _check_exact(x: torch.Tensor, spec: FP8Spec) -> None:
-    q, sinv = quantize(x, spec, nonfinite="saturate")
+    """Every implementation (public dispatch, tiled reference path, chunked CPU path where it
+    applies) must equal the plain per-tile reference, codes and scales."""
     ref_q, ref_sinv = ref_quantize(x, spec.fmt, spec.granularity, spec.pow2, spec.amax_epsilon)
-    assert q.dtype == spec.format.dtype and q.shape == x.shape
-    assert tuple(sinv.shape) == scale_inv_shape(x.shape, spec)
-    np.testing.assert_array_equal(sinv.reshape(ref_sinv.shape).numpy(), ref_sinv)
-    np.testing.assert_array_equal(q.to(torch.float64).numpy(), ref_q)
+    results = [
+        quantize(x, spec, nonfinite="saturate"),
+        quantize_tiles(x, spec, nonfinite="saturate"),
+        quantize_chunked(x, spec),
+    ]
+    for q, sinv in [r for r in results if r is not None]:
+        assert q.dtype == spec.format.dtype and q.shape == x.shape
+        assert tuple(sinv.shape) == scale_inv_shape(x.shape, spec)
+        np.testing.assert_array_equal(sinv.reshape(ref_sinv.shape).numpy(), ref_sinv)
+        np.testing.assert_array_equal(q.to(torch.float64).numpy(), ref_q)
+
+
+def test_chunked_path_applies_and_falls_back() -> None:
+    x = torch.randn(300, 256)
+    assert quantize_chunked(x, FP8Spec.preset("blockwise")) is not None
+    assert quantize_chunked(torch.randn(300, 250), FP8Spec.preset("rowwise")) is None  # K % 128
+    x[5, 7] = float("inf")
+    assert quantize_chunked(x, FP8Spec.preset("blockwise")) is None  # non-finite: reference path
+
+
+@pytest.mark.parametrize("granularity", GRANULARITIES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_chunked_multi_chunk_bit_exact(
+    granularity: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small chunks force many chunks (and a partial last one) through the chunked path."""
+    monkeypatch.setattr("nemo_fp8_rl.fp8.fast._CHUNK_ELEMS", 3 * 256)
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(300, 256, generator=gen) * torch.logspace(-3, 3, 300)[:, None]).to(dtype)
+    spec = FP8Spec("e4m3", granularity, "fp32")
+    assert quantize_chunked(x, spec) is not None
+    _check_exact(x, spec)
 
 
 def _adversarial(m: int, k: int, gen: torch.Generator) -> torch.Tensor:

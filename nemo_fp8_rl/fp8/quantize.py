@@ -21,6 +21,7 @@ from typing import Literal
 import torch
 import torch.nn.functional as F
 
+from nemo_fp8_rl.fp8.fast import quantize_chunked
 from nemo_fp8_rl.fp8.formats import cast_to_fp8
 from nemo_fp8_rl.fp8.scaling import scale_from_amax
 from nemo_fp8_rl.fp8.spec import FP8Spec
@@ -128,8 +129,26 @@ def quantize(
     Returns:
         `q` (float8 dtype of `spec.fmt`, same shape as `x`) and `scale_inv` (float32, shape
         `scale_inv_shape(x.shape, spec)`).
+
+    Raises:
+        NonFiniteTensorError: NaN/Inf in `x` with `nonfinite="raise"`.
+        TypeError, ValueError: unsupported dtype, wrong rank for the granularity, bad option.
     """
     _check_input(x, spec, name, nonfinite)
+    fast = quantize_chunked(x, spec)  # None for non-finite input or shapes it does not cover
+    if fast is not None:
+        return fast
+    return quantize_tiles(x, spec, name=name, nonfinite=nonfinite)
+
+
+def quantize_tiles(
+    x: torch.Tensor, spec: FP8Spec, *, name: str = "tensor", nonfinite: NonFinite = "raise"
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference path of `quantize`: pad to whole tiles, reshape, reduce, scale, cast.
+
+    Handles every shape, device and non-finite case; `quantize` uses it where the chunked CPU
+    path does not apply. Same arguments and results as `quantize`.
+    """
     fmt = spec.format
     bad = count_nonfinite(x)
     if bad and nonfinite == "raise":
