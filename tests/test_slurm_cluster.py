@@ -62,6 +62,11 @@ def _submit(capsys, run_dir: Path, *extra: str) -> tuple[str, float]:
     return job_id, start
 
 
+def _report(capsys, line: str) -> None:
+    with capsys.disabled():
+        print(f"\n[slurm timing] {line}")
+
+
 def _wait_for_file(path: Path, job_id: str, timeout_s: float) -> float:
     deadline = time.monotonic() + timeout_s
     while not path.exists():
@@ -94,11 +99,11 @@ def test_two_node_job_trains_to_completion(cluster, tmp_path, capsys):
     run_dir = tmp_path / "run"
     job_id, submitted = _submit(capsys, run_dir, *FAST)
     started = _wait_for_file(run_dir / "slurm" / job_id / "train.started", job_id, 300)
-    print(f"submit -> training start: {started - submitted:.1f} s")
+    _report(capsys, f"submit -> training start: {started - submitted:.1f} s")
     status = wait_for_state(job_id, timeout_s=600)
     log = (run_dir / "slurm" / f"slurm-{job_id}.out").read_text()
     assert status.state == "COMPLETED", f"job {job_id}: {status}\n{log[-3000:]}"
-    print(f"submit -> COMPLETED: {time.time() - submitted:.1f} s")
+    _report(capsys, f"submit -> COMPLETED: {time.time() - submitted:.1f} s")
     assert "ray_wait: 2 Ray node(s) alive" in log
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics if "train/loss" in m][-1] == 2
