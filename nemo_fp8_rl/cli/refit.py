@@ -1,0 +1,101 @@
+"""`nemo_fp8_rl.refit export SRC OUT [--recipe R] [options] [key=value ...]`.
+
+Converts a BF16 Hugging Face checkpoint directory into the generation engine's FP8 layout
+(safetensors + `quantization_config`), exactly as the refit bridge sends it. The scheme comes
+from the recipe's NeMo RL keys (`policy.generation.vllm_cfg.*`); without a recipe, block FP8;
+flags override either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from nemo_fp8_rl.cli.common import run_main
+
+_QUANT = {"block": "fp8_per_block", "tensor": "fp8_per_tensor", "channel": "compressed-tensors"}
+
+
+def _base_config(args: argparse.Namespace) -> dict[str, Any]:
+    if args.recipe:
+        from nemo_fp8_rl.config import load_recipe
+
+        config = load_recipe(args.recipe, args.overrides).config
+    elif args.overrides:
+        raise SystemExit("error: key=value overrides need --recipe")
+    else:
+        config = {}
+    generation = config.setdefault("policy", {}).setdefault("generation", {})
+    vllm = generation.setdefault("vllm_cfg", {})
+    if not args.recipe:
+        vllm["precision"] = "fp8"
+    if args.scheme:
+        vllm["precision"] = "fp8"
+        generation.setdefault("vllm_kwargs", {})
+        generation["vllm_kwargs"] = {
+            **(generation["vllm_kwargs"] or {}),
+            "quantization": _QUANT[args.scheme],
+        }
+    if args.pow2:
+        vllm["pow2_weight_scaling_factors"] = True
+    if args.first_bf16 is not None:
+        vllm["num_first_layers_in_bf16"] = args.first_bf16
+    if args.last_bf16 is not None:
+        vllm["num_last_layers_in_bf16"] = args.last_bf16
+    if args.ignore:
+        vllm["quantization_ignored_layer_kws"] = list(args.ignore)
+    return config
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Convert `args.src` into `args.out`; print what was written."""
+    from nemo_fp8_rl.refit.export import convert_checkpoint
+    from nemo_fp8_rl.refit.plan import RefitPlanError
+
+    start = time.perf_counter()
+    try:
+        plan = convert_checkpoint(
+            args.src, args.out, _base_config(args), shard_bytes=args.shard_size_mb * 2**20
+        )
+    except (FileNotFoundError, ValueError, RefitPlanError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"wrote {args.out}: scheme {plan.scheme} ({plan.scale} scales), {len(plan.fp8_names)} FP8 "
+        f"weights, {len(plan.bf16_names)} BF16 tensors, {len(plan.ignored_layers)} ignored layers "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse `argv` and run the subcommand; returns the exit code."""
+    parser = argparse.ArgumentParser(prog="nemo_fp8_rl.refit", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    exp = sub.add_parser("export", help="convert a BF16 HF checkpoint to the engine's FP8 layout")
+    exp.add_argument(
+        "src", help="BF16 Hugging Face checkpoint directory (config.json + safetensors)"
+    )
+    exp.add_argument("out", help="output directory")
+    exp.add_argument("--recipe", help="take the scheme from this recipe's vllm_cfg keys")
+    exp.add_argument(
+        "--scheme", choices=sorted(_QUANT), help="block 128x128, per-tensor, per-channel"
+    )
+    exp.add_argument("--pow2", action="store_true", help="power-of-2 scales")
+    exp.add_argument("--first-bf16", type=int, help="num_first_layers_in_bf16")
+    exp.add_argument("--last-bf16", type=int, help="num_last_layers_in_bf16")
+    exp.add_argument("--ignore", nargs="+", metavar="KW", help="quantization_ignored_layer_kws")
+    exp.add_argument("--shard-size-mb", type=int, default=4096, help="max safetensors shard size")
+    exp.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides")
+    args = parser.parse_args(argv)
+    if args.shard_size_mb < 1:
+        parser.error("--shard-size-mb must be >= 1")
+    return cmd_export(args)
+
+
+entry = run_main(main)
+
+if __name__ == "__main__":
+    entry()

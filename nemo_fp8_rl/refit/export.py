@@ -1,0 +1,157 @@
+"""FP8 checkpoint export: safetensors shards + `config.json` with `quantization_config`.
+
+Shards are the refit stream's buckets (each ≤ `shard_bytes`, so memory stays one shard), named
+`model-XXXXX-of-YYYYY.safetensors` with a `model.safetensors.index.json` weight map, as
+transformers and vLLM expect. Block scheme: `quantization_config = {quant_method: fp8, fmt: e4m3,
+activation_scheme: dynamic, weight_block_size: [128, 128], ignored_layers, modules_to_not_convert}`;
+per-tensor omits the block size; per-channel writes the compressed-tensors channel format.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.refit.names import hf_to_engine
+from nemo_fp8_rl.refit.plan import RefitPlan
+from nemo_fp8_rl.refit.stream import stream_refit
+
+NamedTensor = tuple[str, torch.Tensor]
+_SIDE_FILES = (
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "chat_template.jinja",
+)
+
+
+def _shard_name(i: int, n: int) -> str:
+    return f"model-{i + 1:05d}-of-{n:05d}.safetensors"
+
+
+def export_checkpoint(
+    named_tensors: Iterable[NamedTensor],
+    plan: RefitPlan,
+    out_dir: str | Path,
+    config: Mapping[str, Any],
+    *,
+    shard_bytes: int = 4 * 2**30,
+) -> Path:
+    """Write `named_tensors` (HF names) as an engine checkpoint per `plan` into `out_dir`.
+
+    `config` is the model's HF `config.json` content; its `quantization_config` is replaced by
+    the plan's (removed for a BF16 plan) and `torch_dtype` set to bfloat16. Returns `out_dir`.
+    """
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in out.glob("model*.safetensors*"):
+        stale.unlink()
+    weight_map: dict[str, int] = {}
+    total = 0
+    for bucket in stream_refit(named_tensors, plan, bucket_bytes=shard_bytes):
+        save_file(bucket.tensors, out / f"part-{bucket.index}.tmp", metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(bucket.tensors, bucket.index))
+        total += bucket.nbytes
+        count = bucket.index + 1
+    for i in range(count):
+        (out / f"part-{i}.tmp").rename(out / _shard_name(i, count))
+    index = {
+        "metadata": {"total_size": total},
+        "weight_map": {name: _shard_name(i, count) for name, i in sorted(weight_map.items())},
+    }
+    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    (out / "config.json").write_text(json.dumps(engine_config(config, plan), indent=2) + "\n")
+    return out
+
+
+def engine_config(config: Mapping[str, Any], plan: RefitPlan) -> dict[str, Any]:
+    """The HF config the engine loads: `config` plus the plan's `quantization_config`."""
+    result = {k: v for k, v in config.items() if k != "quantization_config"}
+    result["torch_dtype"] = "bfloat16"
+    quant = plan.quantization_config()
+    if quant is not None:
+        if quant["quant_method"] == "fp8":
+            quant["modules_to_not_convert"] = ["lm_head", *quant["ignored_layers"]]
+        result["quantization_config"] = quant
+    return result
+
+
+def read_hf_checkpoint(src: str | Path) -> Iterator[NamedTensor]:
+    """Stream the tensors of an HF safetensors checkpoint directory one at a time."""
+    from safetensors import safe_open
+
+    files = sorted(Path(src).glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{src}: no *.safetensors files (convert .bin checkpoints first)")
+    for file in files:
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
+                yield name, f.get_tensor(name)
+
+
+def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
+    """HF names → shapes of a safetensors checkpoint, read from headers only."""
+    from safetensors import safe_open
+
+    shapes: dict[str, tuple[int, ...]] = {}
+    for file in sorted(Path(src).glob("*.safetensors")):
+        with safe_open(file, framework="pt") as f:
+            for name in f.keys():  # noqa: SIM118
+                shapes[name] = tuple(f.get_slice(name).get_shape())
+    return shapes
+
+
+def convert_checkpoint(
+    src: str | Path,
+    out_dir: str | Path,
+    recipe_config: Mapping[str, Any],
+    *,
+    shard_bytes: int = 4 * 2**30,
+) -> RefitPlan:
+    """Convert a BF16 HF checkpoint directory into the engine's FP8 layout; return the plan used.
+
+    Tokenizer and generation files are copied; the plan comes from the recipe's NeMo RL keys
+    (`RefitPlan.from_config`, with shapes so misaligned fused modules stay BF16).
+    """
+    src, out = Path(src), Path(out_dir)
+    config_path = src / "config.json"
+    if not config_path.is_file():
+        raise FileNotFoundError(f"{src}: no config.json; pass a Hugging Face checkpoint directory")
+    if src.resolve() == out.resolve():
+        raise ValueError(f"output directory {out} must differ from the source checkpoint")
+    config = json.loads(config_path.read_text())
+    if "quantization_config" in config:
+        raise ValueError(
+            f"{config_path}: already quantized ({config['quantization_config'].get('quant_method')}); pass a BF16 checkpoint"
+        )
+    shapes = dict(hf_shapes(checkpoint_shapes(src)))
+    plan = RefitPlan.from_config(recipe_config, shapes)
+    export_checkpoint(
+        hf_to_engine(read_hf_checkpoint(src)), plan, out, config, shard_bytes=shard_bytes
+    )
+    for name in _SIDE_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, out / name)
+    return plan
+
+
+def hf_shapes(shapes: Mapping[str, tuple[int, ...]]) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """Shapes under engine names (fused transformers-5 experts split per expert)."""
+    for name, shape in shapes.items():
+        if name.endswith(("experts.gate_up_proj", "experts.down_proj")) and len(shape) == 3:
+            meta = torch.empty(shape, device="meta")
+            for sub, t in hf_to_engine([(name, meta)]):
+                yield sub, tuple(t.shape)
+        else:
+            yield name, shape
