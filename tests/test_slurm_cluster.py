@@ -140,6 +140,12 @@ def test_cancel_leaves_nothing_behind_and_injection_stays_data(cluster, tmp_path
         ["squeue", "-h", "-j", job_id, "-o", "%j"], capture_output=True, text=True
     )
     assert name.stdout.strip() == evil
+    markers = [str(run_dir), f"/tmp/ray-{job_id}-"]
+    running = _job_processes(job_id, markers)
+    assert any("nemo_fp8_rl.train" in p for p in running), running  # the detector sees the job
+    assert any("raylet" in p for p in running), running
+    assert submit_cli.main(["status", job_id]) == 0
+    assert f"job {job_id}: RUNNING" in capsys.readouterr().out
     assert submit_cli.main(["cancel", job_id]) == 0
     assert f"job {job_id}: CANCELLED" in capsys.readouterr().out
     deadline = time.monotonic() + 30  # the kernel may take a moment to reap what Slurm killed
