@@ -265,3 +265,12 @@ def test_config_errors() -> None:
         Calibrator(CalibrationConfig(enabled=True, high_max=1.2), 0.2, 0.28)
     with pytest.raises(ValueError, match="ratio_clip_c"):
         Calibrator(CalibrationConfig(enabled=True), 0.2, 0.2, ratio_clip_c=0.9)
+
+
+def test_updates_per_rollout_batch() -> None:
+    from nemo_fp8_rl.calibration import updates_per_rollout_batch
+
+    assert updates_per_rollout_batch(32, 16, 512) == 1
+    assert updates_per_rollout_batch(32, 16, 128) == 4
+    with pytest.raises(ValueError, match="multiple of policy.train_global_batch_size"):
+        updates_per_rollout_batch(32, 16, 100)

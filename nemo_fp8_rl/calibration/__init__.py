@@ -15,7 +15,11 @@ from nemo_fp8_rl.calibration.bounds import (
     update_balance,
     upper_target,
 )
-from nemo_fp8_rl.calibration.calibrator import Calibrator, all_gather_rows
+from nemo_fp8_rl.calibration.calibrator import (
+    Calibrator,
+    all_gather_rows,
+    updates_per_rollout_batch,
+)
 
 __all__ = [
     "Calibrator",
@@ -27,5 +31,6 @@ __all__ = [
     "prepare_samples",
     "smooth_and_cap",
     "update_balance",
+    "updates_per_rollout_batch",
     "upper_target",
 ]

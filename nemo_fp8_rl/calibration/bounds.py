@@ -232,6 +232,8 @@ def upper_target(
     if not math.isfinite(rho_ref):
         raise ValueError(f"upper_target: reference balance rho_ref = {rho_ref} is not finite")
     target = rho_ref * _neg_mass(s, s.fp8_ratio, low_target, dual_c, mode)
+    if target <= 0:  # already balanced with no positive mass at all: the lowest admissible H
+        return high_floor, rho_ref
     pos = s.pos
     x, coef = s.fp8_ratio[pos], (s.weights * s.advantages)[pos]
     solve = _solve_active_mass if mode == "active_mass" else _solve_surrogate

@@ -54,6 +54,22 @@ def all_gather_rows(t: torch.Tensor, group: Any = None) -> torch.Tensor:
     return torch.cat([p[: int(s)] for p, s in zip(parts, sizes, strict=True)], dim=0)
 
 
+def updates_per_rollout_batch(
+    num_prompts_per_step: int, num_generations_per_prompt: int, train_global_batch_size: int
+) -> int:
+    """Optimiser steps per rollout batch: `prompts x generations / train_global_batch_size`.
+
+    1 means θ = θ_old whenever the loss is evaluated, so clipping is structurally inactive.
+    """
+    samples = num_prompts_per_step * num_generations_per_prompt
+    if train_global_batch_size < 1 or samples % train_global_batch_size:
+        raise ValueError(
+            f"grpo.num_prompts_per_step x grpo.num_generations_per_prompt = {samples} must be a "
+            f"multiple of policy.train_global_batch_size = {train_global_batch_size}"
+        )
+    return samples // train_global_batch_size
+
+
 class Calibrator:
     """Clip bounds (L, H) for the FP8 loss, re-derived from BF16 shadow passes every K steps.
 
