@@ -135,10 +135,22 @@ def quantize(
         TypeError, ValueError: unsupported dtype, wrong rank for the granularity, bad option.
     """
     _check_input(x, spec, name, nonfinite)
-    fast = quantize_chunked(x, spec)  # None for non-finite input or shapes it does not cover
+    fast = _quantize_fast(x, spec)  # None for non-finite input or cases it does not cover
     if fast is not None:
         return fast
     return quantize_tiles(x, spec, name=name, nonfinite=nonfinite)
+
+
+def _quantize_fast(x: torch.Tensor, spec: FP8Spec) -> tuple[torch.Tensor, torch.Tensor] | None:
+    if x.device.type == "cpu":
+        return quantize_chunked(x, spec)
+    if x.is_cuda and spec.granularity in ("blockwise", "rowwise") and x.numel():
+        try:
+            from nemo_fp8_rl.fp8.triton_quant import quantize_blockwise_triton
+        except ImportError:  # no triton: the tiled torch path runs on the GPU too
+            return None
+        return quantize_blockwise_triton(x, spec)
+    return None
 
 
 def quantize_tiles(

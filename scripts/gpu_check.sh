@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# GPU checks for nemo-fp8-rl, in one run that fits in a few minutes on one H100/H200:
+#   1. install the project (uv sync, with the GPU extra: triton),
+#   2. every test marked `gpu` in the whole test tree,
+#   3. every GPU benchmark (the Triton FP8 block-quantization kernel vs HBM copy bandwidth),
+#   4. a summary.
+# Usage: scripts/gpu_check.sh            (from anywhere; exits non-zero if a step failed)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+log_dir=${GPU_CHECK_LOG_DIR:-gpu_check_logs}
+mkdir -p "$log_dir"
+status=0
+summary=()
+
+step() {  # step NAME COMMAND... : run, tee the log, record pass/fail
+  local name=$1; shift
+  echo "=== $name: $*"
+  local start=$SECONDS
+  if "$@" 2>&1 | tee "$log_dir/$name.log"; then
+    summary+=("PASS  $name ($((SECONDS - start)) s)")
+  else
+    summary+=("FAIL  $name ($((SECONDS - start)) s), see $log_dir/$name.log")
+    status=1
+  fi
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
+step sync uv sync --extra gpu
+step gpu_tests uv run pytest -m gpu -q -rs
+step bench_quant_blockwise uv run python benchmarks/bench_quant.py --device cuda --repeats 20
+step bench_quant_blockwise_pow2 uv run python benchmarks/bench_quant.py --device cuda --repeats 20 --spec blockwise_pow2
+
+echo
+echo "=== summary"
+printf '%s\n' "${summary[@]}"
+echo "--- FP8 block quantization (GB/s of BF16 input, share of HBM copy bandwidth)"
+grep -h -E "memory copy|triton|tiles" "$log_dir"/bench_quant_*.log || true
+exit $status
