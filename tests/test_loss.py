@@ -117,76 +117,55 @@ def kl_ref(lp, lp_ref, kind, in_clamp, out_clamp, w=None):
     return kl if out_clamp is None else kl.clamp(-out_clamp, out_clamp)
 
 
-def nemo_rl_reference(c: dict, lp, data, gs, gt):
-    """NeMo RL ClippedPGLossFn (7ea279a) from its published formulas: returns (loss, metrics)."""
-    cfg = dict(
-        disable_ppo_ratio=False, token_level_loss=True, sequence_level_importance_ratios=False,
-        ratio_clip_min=0.2, ratio_clip_max=0.2, ratio_clip_c=None, reference_policy_kl_penalty=0.01,
-        reference_policy_kl_type="k3", kl_input_clamp_value=20.0, kl_output_clamp_value=10.0,
-        use_kl_in_reward=False, use_importance_sampling_correction=False,
-        truncated_importance_sampling_type=None, truncated_importance_sampling_ratio=None,
-        truncated_importance_sampling_ratio_min=None, use_on_policy_kl_approximation=False,
-        force_on_policy_ratio=False, use_cispo=False, positive_example_nll_weight=0.0,
-    )  # fmt: skip
-    cfg.update(c)
-    beta = 0.0 if cfg["use_kl_in_reward"] else cfg["reference_policy_kl_penalty"]
-    tm, sm = data["token_mask"][:, 1:], data["sample_mask"]
-    adv, gen = data["advantages"][:, 1:], data["generation_logprobs"][:, 1:]
-    prev = lp.detach() if cfg["force_on_policy_ratio"] else data["prev_logprobs"][:, 1:]
-    m = tm * sm[:, None]
-    seq_loss = not cfg["token_level_loss"]
+REF_DEFAULTS = dict(
+    disable_ppo_ratio=False, token_level_loss=True, sequence_level_importance_ratios=False,
+    ratio_clip_min=0.2, ratio_clip_max=0.2, ratio_clip_c=None, reference_policy_kl_penalty=0.01,
+    reference_policy_kl_type="k3", kl_input_clamp_value=20.0, kl_output_clamp_value=10.0,
+    use_kl_in_reward=False, use_importance_sampling_correction=False,
+    truncated_importance_sampling_type=None, truncated_importance_sampling_ratio=None,
+    truncated_importance_sampling_ratio_min=None, use_on_policy_kl_approximation=False,
+    force_on_policy_ratio=False, use_cispo=False, positive_example_nll_weight=0.0,
+)  # fmt: skip
 
-    def reduce(v):
-        return mmean(mmean(v, tm, dim=-1), sm, gs) if seq_loss else mmean(v, m, gt)
 
-    out = {
-        "token_mult_prob_error": mmean(torch.exp((gen - prev).abs() * m), m, gt).item(),
-        "gen_kl_error": mmean(
-            kl_ref(gen, prev, cfg["reference_policy_kl_type"], None, None), m, gt
-        ).item(),
-        "policy_kl_error": mmean(
-            kl_ref(prev, gen, cfg["reference_policy_kl_type"], None, None), m, gt
-        ).item(),
-    }
+def ref_mismatch(gen, prev, m, gt, kind):
+    """token_mult_prob_error, gen/policy KL (unclamped), JSD: token means over the global count."""
     mix = torch.log(0.5 * prev.exp() + 0.5 * gen.exp())
     jsd = 0.5 * (torch.exp(prev - mix) - (prev - mix) - 1) + 0.5 * (
         torch.exp(gen - mix) - (gen - mix) - 1
     )
-    out["js_divergence_error"] = mmean(jsd, m, gt).item()
-    if beta != 0:
-        w_kl = (
-            torch.exp(lp - gen)
-            if cfg["use_on_policy_kl_approximation"]
-            else torch.exp(lp - lp.detach())
-        )
-        kl = beta * kl_ref(lp, data["reference_policy_logprobs"][:, 1:], cfg["reference_policy_kl_type"],
-                           cfg["kl_input_clamp_value"], cfg["kl_output_clamp_value"], torch.nan_to_num(w_kl, 0.0, 0.0, 0.0))  # fmt: skip
-        kl = reduce(kl)
-    else:
-        kl = torch.tensor(0.0)
-    lo, hi = 1.0 - cfg["ratio_clip_min"], 1.0 + cfg["ratio_clip_max"]
+    return {
+        "token_mult_prob_error": mmean(torch.exp((gen - prev).abs() * m), m, gt).item(),
+        "gen_kl_error": mmean(kl_ref(gen, prev, kind, None, None), m, gt).item(),
+        "policy_kl_error": mmean(kl_ref(prev, gen, kind, None, None), m, gt).item(),
+        "js_divergence_error": mmean(jsd, m, gt).item(),
+    }
+
+
+def ref_ratios(cfg, lp, prev, tm):
+    """(r, clamp(r)) for PPO, GSPO (sequence geometric mean), REINFORCE and forced on-policy."""
     if cfg["force_on_policy_ratio"]:
         r = torch.exp(lp - lp.detach())
-        rc = r
-    elif cfg["disable_ppo_ratio"]:
-        r = rc = lp
-    else:
-        lr = lp - prev
-        r = (
-            mmean(lr, tm, dim=-1)[:, None].exp().repeat(1, lr.shape[1])
-            if cfg["sequence_level_importance_ratios"]
-            else lr.exp()
-        )
-        rc = r.clamp(lo, hi)
-    cl = -adv * rc.detach() * lp if cfg["use_cispo"] else torch.max(-adv * r, -adv * rc)
-    if cfg["ratio_clip_c"] is not None:
-        cl = torch.where(adv < 0, torch.min(cl, -adv * cfg["ratio_clip_c"]), cl)
+        return r, r
+    if cfg["disable_ppo_ratio"]:
+        return lp, lp
+    lr = lp - prev
+    seq = cfg["sequence_level_importance_ratios"]
+    r = mmean(lr, tm, dim=-1)[:, None].exp().repeat(1, lr.shape[1]) if seq else lr.exp()
+    return r, r.clamp(1.0 - cfg["ratio_clip_min"], 1.0 + cfg["ratio_clip_max"])
+
+
+def ref_is_weights(cfg, prev, gen, m, tm, sm, gs, gt, out):
+    """IS weights exp(prev − gen) (per sequence for GSPO), then TIS / IcePop / seq-mask-TIS."""
     if cfg["sequence_level_importance_ratios"]:
         w = torch.nan_to_num(torch.exp(((prev - gen) * m).sum(-1)).detach(), 0.0, 0.0, 0.0)[:, None]
     else:
         w = torch.nan_to_num(torch.exp(prev - gen), 0.0, 0.0, 0.0)
-    kind, tmax, tmin = (cfg["truncated_importance_sampling_type"], cfg["truncated_importance_sampling_ratio"],
-                        cfg["truncated_importance_sampling_ratio_min"])  # fmt: skip
+    kind = cfg["truncated_importance_sampling_type"]
+    tmax, tmin = (
+        cfg["truncated_importance_sampling_ratio"],
+        cfg["truncated_importance_sampling_ratio_min"],
+    )
     if tmax is not None and kind == "tis":
         tmin = 0.0 if tmin is None else tmin
         out["is_oob_ratio"] = mmean(((w > tmax) | (w < tmin)).float(), m, gt).item()
@@ -200,23 +179,52 @@ def nemo_rl_reference(c: dict, lp, data, gs, gt):
         keep = ((geo >= tmin) & (geo <= tmax)).float()
         out["is_oob_ratio"] = mmean(1 - keep, sm, gs).item()
         w = w * keep[:, None]
-    wu = w if cfg["use_importance_sampling_correction"] else torch.ones_like(prev)
-    actor = reduce(wu * cl)
+    return w
+
+
+def nemo_rl_reference(c: dict, lp, data, gs, gt):
+    """NeMo RL ClippedPGLossFn (7ea279a) from its published formulas: returns (loss, metrics)."""
+    cfg = {**REF_DEFAULTS, **c}
+    beta = 0.0 if cfg["use_kl_in_reward"] else cfg["reference_policy_kl_penalty"]
+    tm, sm = data["token_mask"][:, 1:], data["sample_mask"]
+    adv, gen = data["advantages"][:, 1:], data["generation_logprobs"][:, 1:]
+    prev = lp.detach() if cfg["force_on_policy_ratio"] else data["prev_logprobs"][:, 1:]
+    m = tm * sm[:, None]
+
+    def reduce(v):
+        return mmean(v, m, gt) if cfg["token_level_loss"] else mmean(mmean(v, tm, dim=-1), sm, gs)
+
+    out = ref_mismatch(gen, prev, m, gt, cfg["reference_policy_kl_type"])
+    kl = torch.tensor(0.0)
+    if beta != 0:
+        w_kl = (
+            torch.exp(lp - gen)
+            if cfg["use_on_policy_kl_approximation"]
+            else torch.exp(lp - lp.detach())
+        )
+        kl = reduce(beta * kl_ref(lp, data["reference_policy_logprobs"][:, 1:], cfg["reference_policy_kl_type"],
+                                  cfg["kl_input_clamp_value"], cfg["kl_output_clamp_value"],
+                                  torch.nan_to_num(w_kl, 0.0, 0.0, 0.0)))  # fmt: skip
+    r, rc = ref_ratios(cfg, lp, prev, tm)
+    cl = -adv * rc.detach() * lp if cfg["use_cispo"] else torch.max(-adv * r, -adv * rc)
+    if cfg["ratio_clip_c"] is not None:
+        cl = torch.where(adv < 0, torch.min(cl, -adv * cfg["ratio_clip_c"]), cl)
+    w = ref_is_weights(cfg, prev, gen, m, tm, sm, gs, gt, out)
+    actor = reduce((w if cfg["use_importance_sampling_correction"] else torch.ones_like(prev)) * cl)
     sir = mmean(w, sm, gs) if cfg["sequence_level_importance_ratios"] else mmean(w, m, gt)
     nll = torch.tensor(0.0)
-    if cfg["positive_example_nll_weight"] > 0:
-        cm = m * (data["rewards"] > 0).float()[:, None]
-        if cm.sum() > 0:
-            nll = mmean(-lp, cm, cm.sum())
+    cm = m * (data["rewards"] > 0).float()[:, None]
+    if cfg["positive_example_nll_weight"] > 0 and cm.sum() > 0:
+        nll = mmean(-lp, cm, cm.sum())
     loss = actor + kl + cfg["positive_example_nll_weight"] * nll
-    v = m.bool()
+    v, r, rc = m.bool(), r.detach(), rc.detach()
     out.update(
         loss=loss.item(), kl_penalty=kl.item() / beta if bool(kl) else 0,
         sampling_importance_ratio=sir.item(), num_valid_samples=sm.sum().item(),
         approx_entropy=(-mmean(torch.exp(lp - gen) * lp, m, gt)).item(), positive_nll_loss=nll.item(),
-        probs_ratio=mmean(r.detach(), m, gt).item(), probs_ratio_clamped=mmean(rc.detach(), m, gt).item(),
-        probs_ratio_min=r.detach()[v].min().item(), probs_ratio_max=r.detach()[v].max().item(),
-        probs_ratio_clamped_min=rc.detach()[v].min().item(), probs_ratio_clamped_max=rc.detach()[v].max().item(),
+        probs_ratio=mmean(r, m, gt).item(), probs_ratio_clamped=mmean(rc, m, gt).item(),
+        probs_ratio_min=r[v].min().item(), probs_ratio_max=r[v].max().item(),
+        probs_ratio_clamped_min=rc[v].min().item(), probs_ratio_clamped_max=rc[v].max().item(),
     )  # fmt: skip
     return loss, out
 
