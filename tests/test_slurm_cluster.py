@@ -149,9 +149,10 @@ def test_cancel_leaves_nothing_behind_and_injection_stays_data(cluster, tmp_path
     assert submit_cli.main(["cancel", job_id]) == 0
     assert f"job {job_id}: CANCELLED" in capsys.readouterr().out
     deadline = time.monotonic() + 30  # the kernel may take a moment to reap what Slurm killed
-    while (
-        left := _job_processes(job_id, [str(run_dir), f"/tmp/ray-{job_id}-"])
-    ) and time.monotonic() < deadline:
+    while (left := _job_processes(job_id, markers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert left == []
     assert not canary.exists()
+    assert submit_cli.main(["logs", job_id, "--ray"]) == 0
+    logs = capsys.readouterr().out
+    assert "starting the Ray head" in logs and "joining the Ray cluster" in logs
