@@ -1,8 +1,8 @@
 """Per-step metrics: JSONL in the run directory, TensorBoard events, and a progress bar.
 
 Names follow docs/architecture.md (`train/...`, `validation/...`, `timing/train/...`,
-`throughput/...`). On resume from step k the JSONL keeps only lines with step < k and the
-TensorBoard writer purges events from step k on, so a resumed run's files equal an
+`throughput/...`). On resume after k completed steps the JSONL keeps only lines with step <= k and the
+TensorBoard writer purges events after step k, so a resumed run's files equal an
 uninterrupted run's.
 """
 
@@ -34,17 +34,18 @@ def _clean(value: float) -> float | None:
 class MetricsLogger:
     """Writes `{"step": k, name: value, ...}` lines to `metrics.jsonl` and TensorBoard scalars."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, start_step: int = 0) -> None:
-        """Open the run's metric sinks, dropping anything logged at or after `start_step`."""
+    def __init__(self, run_dir: Path, *, tensorboard: bool, completed_steps: int = 0) -> None:
+        """Open the run's metric sinks, dropping anything logged after `completed_steps`
+        (everything when it is 0: the run starts over)."""
         self.path = run_dir / "metrics.jsonl"
-        _truncate_jsonl(self.path, start_step)
+        _truncate_jsonl(self.path, completed_steps)
         self._file = self.path.open("a", encoding="utf-8")
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(
-                log_dir=str(run_dir / "logs" / "tb"), purge_step=start_step or None
+                log_dir=str(run_dir / "logs" / "tb"), purge_step=completed_steps + 1 if completed_steps else None
             )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -65,14 +66,14 @@ class MetricsLogger:
             self._tb.close()
 
 
-def _truncate_jsonl(path: Path, start_step: int) -> None:
-    """Keep only the JSONL records with `step < start_step` (all of them lost if start is 0)."""
+def _truncate_jsonl(path: Path, completed_steps: int) -> None:
+    """Keep only the JSONL records with `0 < completed_steps` and `step <= completed_steps`."""
     if not path.exists():
         return
     kept = [
         line
         for line in path.read_text(encoding="utf-8").splitlines()
-        if line.strip() and json.loads(line)["step"] < start_step
+        if completed_steps and line.strip() and json.loads(line)["step"] <= completed_steps
     ]
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")

@@ -149,7 +149,7 @@ class Loop:
         start = self.resume() if resume else 0
         self.refit()
         logger = MetricsLogger(
-            self.run_dir, tensorboard=self.cfg["logger"]["tensorboard_enabled"], start_step=start
+            self.run_dir, tensorboard=self.cfg["logger"]["tensorboard_enabled"], completed_steps=start
         )
         bar = ProgressBar(
             self.steps, start, enabled=progress, name=self.cfg["logger"]["wandb"]["name"]

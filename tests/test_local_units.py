@@ -1,0 +1,149 @@
+"""Unit tests of the embedded engine's parts (no Ray): tokenizer, task, advantages, sampler,
+run-directory guard, CPU-feature checks, atomic checkpoints, metrics truncation."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from nemo_fp8_rl.config import RecipeError, load_recipe
+from nemo_fp8_rl.config.project import TaskConfig, TinyModelConfig
+from nemo_fp8_rl.engines.local import checkpoint as ckpt
+from nemo_fp8_rl.engines.local import precision, rundir
+from nemo_fp8_rl.engines.local.advantages import baseline_and_std, grpo_advantages
+from nemo_fp8_rl.engines.local.metrics import MetricsLogger, read_metrics
+from nemo_fp8_rl.engines.local.model import build_model, token_logprobs
+from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
+from nemo_fp8_rl.engines.local.task import (
+    exact_match_reward,
+    train_problems,
+    validation_problems,
+)
+from nemo_fp8_rl.engines.local.tokenizer import (
+    build_tokenizer,
+    decode_completions,
+    encode_prompts,
+)
+
+
+def test_tokenizer_roundtrip_and_left_padding(tmp_path):
+    tok = build_tokenizer()
+    assert len(tok) == 49
+    ids, mask = encode_prompts(tok, ["12+3=", "1+1="])
+    assert ids[0, 0] == tok.bos_token_id and ids[1, 0] == tok.pad_token_id
+    assert mask.tolist() == [[1] * 6, [0] + [1] * 5]
+    assert decode_completions(tok, ids[:1, 1:]) == ["12+3="]
+    two, eos, pad = tok.convert_tokens_to_ids("2"), tok.eos_token_id, tok.pad_token_id
+    assert decode_completions(tok, torch.tensor([[two, eos, two], [pad, two, two]])) == ["2", ""]
+    tok.save_pretrained(tmp_path)
+    from transformers import AutoTokenizer
+
+    assert AutoTokenizer.from_pretrained(tmp_path).convert_tokens_to_ids(list("7+")) == (
+        tok.convert_tokens_to_ids(list("7+"))
+    )
+    with pytest.raises(ValueError, match="not in the tiny tokenizer"):
+        encode_prompts(tok, ["1+X="])
+
+
+def test_task_is_deterministic_and_reward_is_exact_match():
+    cfg = TaskConfig()
+    assert train_problems(cfg, 3, 5) == train_problems(cfg, 3, 5)
+    assert train_problems(cfg, 3, 5) != train_problems(cfg, 4, 5)
+    p = validation_problems(cfg)
+    assert len(p.prompts) == 256
+    a, b = p.prompts[0][:-1].split("+")
+    assert p.answers[0] == str(int(a) + int(b))
+    r = exact_match_reward(["57", "57<eos>", "58", "570", "5"], ["57"] * 5)
+    assert r.tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]
+
+
+def test_leave_one_out_baseline_matches_definition():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 1.0, 1.0])
+    base, std = baseline_and_std(rewards, 4, leave_one_out=True)
+    g = rewards[:4]
+    for i in range(4):
+        others = torch.cat([g[:i], g[i + 1 :]])
+        assert base[i] == pytest.approx(others.mean().item())
+        assert std[i] == pytest.approx(others.std(unbiased=True).item(), abs=1e-6)
+    assert base[4:].tolist() == [1.0] * 4 and std[4:].tolist() == [0.0] * 4
+    adv = grpo_advantages(rewards, 4, leave_one_out=True, normalize=True)
+    assert adv[4:].abs().sum() == 0
+    assert adv[0] == pytest.approx((1 - 1 / 3) / (std[0].item() + 1e-6))
+    plain = grpo_advantages(rewards, 4, leave_one_out=False, normalize=False)
+    assert plain[:4].tolist() == pytest.approx([0.5, -0.5, -0.5, 0.5])
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        grpo_advantages(torch.ones(6), 4, leave_one_out=True, normalize=True)
+
+
+def test_generation_logprobs_equal_a_full_forward():
+    torch.set_num_threads(1)
+    tok = build_tokenizer()
+    model = build_model(TinyModelConfig(), tok, seed=0)
+    ids, mask = encode_prompts(tok, ["1+2=", "34+56=", "9+9="])
+    params = SamplingParams(max_new_tokens=4, temperature=0.7)
+    gen = generate(model, ids, mask, params, torch.Generator().manual_seed(0), 2, 0)
+    again = generate(model, ids, mask, params, torch.Generator().manual_seed(0), 2, 0)
+    assert torch.equal(gen.response_ids, again.response_ids)
+    full = torch.cat([ids, gen.response_ids], 1)
+    lp, _ = token_logprobs(model, full, torch.cat([mask, gen.mask.long()], 1), temperature=0.7)
+    resp = lp[:, ids.shape[1] - 1 :]
+    assert torch.allclose(resp * gen.mask, gen.logprobs, atol=1e-5)
+
+
+def test_gpu_only_features_are_reported_with_the_fix():
+    cfg = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8").config
+    precision.check_cpu_support(cfg)
+    cfg["policy"]["megatron_cfg"]["fp8_cfg"]["fp8_param"] = True
+    cfg["policy"]["megatron_cfg"]["tensor_model_parallel_size"] = 2
+    with pytest.raises(RecipeError) as err:
+        precision.check_cpu_support(cfg, "tiny")
+    text = str(err.value)
+    assert "fp8_param=false" in text and "tensor_model_parallel_size=1" in text
+
+
+def test_run_dir_of_another_recipe_is_not_overwritten(tmp_path):
+    bf16 = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16")
+    fp8 = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8")
+    rundir.prepare(tmp_path, bf16.config, bf16.to_yaml(), resume=False)
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(rundir.RunDirError, match="fp8_cfg.enabled"):
+        rundir.prepare(tmp_path, fp8.config, fp8.to_yaml(), resume=False)
+    assert (tmp_path / "metrics.jsonl").exists()
+    longer = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16", ["grpo.max_num_steps=300"])
+    rundir.prepare(tmp_path, longer.config, longer.to_yaml(), resume=True)
+    assert (tmp_path / "metrics.jsonl").exists()
+
+
+def test_checkpoint_is_atomic_and_pruned(tmp_path):
+    root = tmp_path / "ckpt"
+    assert ckpt.latest_checkpoint(root) is None
+    for step, acc in ((1, 0.3), (2, 0.5), (3, 0.1)):
+        ckpt.save_checkpoint(root, step, {"w": torch.full((2,), float(step))}, {"acc": acc})
+    # a save killed half-way leaves a temporary directory and the old `latest`
+    (root / ".tmp_step_4_x").mkdir()
+    (root / ".tmp_step_4_x" / "state.pt").write_bytes(b"partial")
+    state, info = ckpt.load_checkpoint(ckpt.latest_checkpoint(root))
+    assert info["step"] == 3 and state["w"].tolist() == [3.0, 3.0]
+    deleted = ckpt.prune_checkpoints(root, keep_top_k=1, metric="acc")
+    assert sorted(d.name for d in deleted) == ["step_1"]  # best (2) kept, latest (3) kept
+    ckpt.save_checkpoint(root, 4, {"w": torch.zeros(1)}, {"acc": 0.0})
+    assert not (root / ".tmp_step_4_x").exists()
+    (root / "latest").write_text("step_9\n")
+    with pytest.raises(FileNotFoundError, match="step_9"):
+        ckpt.latest_checkpoint(root)
+
+
+def test_metrics_resume_drops_steps_after_the_checkpoint(tmp_path):
+    log = MetricsLogger(tmp_path, tensorboard=False)
+    for step in range(5):
+        log.log(step, {"train/reward": step / 10, "x": float("nan")})
+    log.close()
+    assert read_metrics(tmp_path)[1] == {"step": 1, "train/reward": 0.1, "x": None}
+    MetricsLogger(tmp_path, tensorboard=False, completed_steps=2).close()
+    assert [r["step"] for r in read_metrics(tmp_path)] == [0, 1, 2]
+    MetricsLogger(tmp_path, tensorboard=False, completed_steps=0).close()
+    assert read_metrics(tmp_path) == []
+    assert json.loads(json.dumps(os.fspath(tmp_path)))
