@@ -171,6 +171,7 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
             )
             if metric == "train/entropy" and surges and curve.run in surges:
                 ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
+        _style_axes(ax, curves)
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
@@ -188,6 +189,26 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
             )
     fig.suptitle(spec.title)
     return fig
+
+
+def _style_axes(ax, curves: list[Curve]) -> None:
+    """Integer steps; plain tick labels; a near-constant metric gets a readable y range.
+
+    Without this, bounds that sit at 0.8 +/- 1e-11 are drawn as "1e-11 + 7.999999999e-1" with
+    the rounding noise filling the panel.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.ticklabel_format(axis="y", useOffset=False)
+    values = np.concatenate([c.values for c in curves]) if curves else np.zeros(0)
+    if values.size:
+        low, high = float(values.min()), float(values.max())
+        floor = 1e-3 * max(abs(low), abs(high), 1e-9)
+        if high - low < floor:
+            center = 0.5 * (low + high)
+            pad = max(0.02 * abs(center), 1e-12)
+            ax.set_ylim(center - pad, center + pad)
 
 
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
@@ -333,18 +354,26 @@ def print_comparison(comparison: Comparison, console=None) -> None:
 
 
 def print_diff(diff: RecipeDiff, console=None) -> None:
-    """Print a recipe diff grouped by precision / refit / calibration / other / derived."""
+    """Print a recipe diff grouped by precision / refit / calibration / other / derived.
+
+    One line per key (`key: a -> b`, or `a | b | c` for more configs) reads better than a table
+    in a terminal: keys are long and a table would wrap them.
+    """
     from rich.console import Console
+    from rich.markup import escape
 
     console = console or Console()
+    console.print(f"[bold]Recipe differences:[/bold] {escape(' vs '.join(diff.names))}")
     if not diff.entries:
-        console.print(f"{' vs '.join(diff.names)}: the resolved configs are identical")
-    else:
-        console.print(
-            _rich_table(f"Recipe differences: {' vs '.join(diff.names)}", *diff_rows(diff))
-        )
+        console.print("  the resolved configs are identical")
+    joiner = " -> " if len(diff.names) == 2 else " | "
+    for group, entries in diff.by_group().items():
+        console.print(f"[bold cyan]{group}[/bold cyan]")
+        for e in entries:
+            values = joiner.join(str(v) for v in e.values)
+            console.print(f"  {escape(e.key)}: {escape(values)}", highlight=False, soft_wrap=True)
     for warning in diff.warnings:
-        console.print(f"[bold red]warning[/bold red] {warning}", highlight=False)
+        console.print(f"[bold red]warning[/bold red] {escape(warning)}", highlight=False)
 
 
 def _rich_table(title: str, headers: list[str], rows: list[list[str]]):

@@ -145,3 +145,46 @@ def test_terminal_output(comparison):
     assert "token_mult_prob_error" in text and "1.33x" in text
     assert "verdict fp8 (FP8): 15.0 points above BF16" in text  # 0.6*30/30 vs 0.6*30/40
     assert "Recipe differences: bf16 vs fp8" in text
+
+
+def test_near_constant_metric_gets_a_readable_axis():
+    from nemo_fp8_rl.report import Curve, PlotSpec
+
+    spec = PlotSpec("bounds", "bounds", (("train/calib_low", "L"),))
+    steps = np.arange(1, 4)
+    curves = [
+        Curve("a", steps, np.full(3, 0.8)),
+        Curve("b", steps, 0.8 - np.array([1e-11, 2e-11, 0])),
+    ]
+    (ax,) = draw_plot(spec, [curves]).axes
+    low, high = ax.get_ylim()
+    assert low == pytest.approx(0.8 - 0.016) and high == pytest.approx(0.8 + 0.016)
+    assert not ax.yaxis.get_major_formatter().get_useOffset()
+    ax.figure.canvas.draw()
+    assert all(float(t).is_integer() for t in ax.get_xticks())
+
+
+def test_terminal_recipe_diff_lines():
+    from rich.console import Console
+
+    from nemo_fp8_rl.compare import diff_configs
+    from nemo_fp8_rl.report import print_diff
+
+    diff = diff_configs(
+        ["a", "b"],
+        [
+            {"grpo": {"seed": 1}, "refit": {"verify": True}},
+            {"grpo": {"seed": 2}, "refit": {"verify": False}},
+        ],
+    )
+    console = Console(file=io.StringIO(), width=120)
+    print_diff(diff, console)
+    lines = console.file.getvalue().splitlines()
+    assert lines[:5] == [
+        "Recipe differences: a vs b",
+        "refit",
+        "  refit.verify: True -> False",
+        "other",
+        "  grpo.seed: 1 -> 2",
+    ]
+    assert lines[5].startswith("warning not a fair precision comparison: 1 key(s)")
