@@ -16,10 +16,11 @@ v0.7.0 was tagged. So support is decided by these features, and the version is o
 
 from __future__ import annotations
 
+import ast
 import importlib
-import inspect
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 SUPPORTED = "NeMo RL v0.7.0 and later (tested against v0.7.0's interfaces and main at 7ea279a)"
 INSTALL_HINT = (
@@ -56,44 +57,65 @@ def _import(name: str):
     return importlib.import_module(name)
 
 
-def _missing_features() -> list[str]:
-    """Interfaces this engine uses that the importable NeMo RL lacks (imports NeMo RL modules)."""
-    missing = []
-    try:
-        _import("nemo_rl.algorithms.loss.loss_functions")
-        interfaces = _import("nemo_rl.algorithms.loss.interfaces")
-        if not hasattr(interfaces.LossInputType, "LOGPROB"):
-            missing.append("log-prob loss input (LossInputType.LOGPROB, v0.6.0+)")
-    except ImportError as exc:
-        missing.append(f"nemo_rl.algorithms.loss (v0.6.0+): {exc}")
-        return missing
-    grpo = _import("nemo_rl.algorithms.grpo")
-    from pydantic import BaseModel
+def _tree(path: Path) -> ast.Module | None:
+    return ast.parse(path.read_text()) if path.is_file() else None
 
-    if not (isinstance(grpo.MasterConfig, type) and issubclass(grpo.MasterConfig, BaseModel)):
+
+def _class(tree: ast.Module | None, name: str) -> ast.ClassDef | None:
+    nodes = [n for n in (tree.body if tree else []) if isinstance(n, ast.ClassDef)]
+    return next((n for n in nodes if n.name == name), None)
+
+
+def _params(node: ast.AST | None, name: str) -> set[str]:
+    """Argument names of function `name` directly inside `node` (a module or class)."""
+    for item in getattr(node, "body", []):
+        if isinstance(item, ast.FunctionDef) and item.name == name:
+            args = item.args
+            return {a.arg for a in args.args + args.kwonlyargs + args.posonlyargs}
+    return set()
+
+
+def missing_features(package_dir: Path) -> list[str]:
+    """Interfaces the engine needs that the NeMo RL source in `package_dir` lacks.
+
+    Read from the source (no import), so an old or incomplete installation is diagnosed even
+    when its own dependencies are missing.
+    """
+    missing = []
+    if not (package_dir / "algorithms" / "loss" / "loss_functions.py").is_file():
+        missing.append("nemo_rl.algorithms.loss with log-prob loss input (v0.6.0+)")
+    grpo = _tree(package_dir / "algorithms" / "grpo.py")
+    master = _class(grpo, "MasterConfig")
+    bases = {getattr(b, "id", getattr(b, "attr", "")) for b in (master.bases if master else [])}
+    if "BaseModel" not in bases:
         missing.append("pydantic MasterConfig (v0.7.0+)")
-    if "policy_factory" not in inspect.signature(grpo.setup).parameters:
+    if "policy_factory" not in _params(grpo, "setup"):
         missing.append("grpo.setup(policy_factory=...) (v0.7.0+)")
-    lm_policy = _import("nemo_rl.models.policy.lm_policy")
-    if "worker_extension_cls_fqn" not in inspect.signature(lm_policy.Policy).parameters:
+    if "grpo_train" not in {getattr(n, "name", "") for n in (grpo.body if grpo else [])}:
+        missing.append("grpo.grpo_train")
+    policy = _class(_tree(package_dir / "models" / "policy" / "lm_policy.py"), "Policy")
+    if "worker_extension_cls_fqn" not in _params(policy, "__init__"):
         missing.append("Policy(worker_extension_cls_fqn=...) (v0.6.0+)")
     return missing
 
 
 def detect() -> NemoRLInfo:
-    """Import NeMo RL and check the interfaces the engine needs; never raises on a missing NeMo RL."""
+    """Find NeMo RL and check the interfaces the engine needs; never raises on a missing NeMo RL."""
     try:
         nemo_rl = _import("nemo_rl")
     except ImportError:
         return NemoRLInfo(version=None, location=None)
     version = str(getattr(nemo_rl, "__version__", "unknown"))
     location = str(getattr(nemo_rl, "__path__", [None])[0])
+    missing = missing_features(Path(location))
     if sys.version_info < (3, 12):
-        return NemoRLInfo(version, location, ("Python >= 3.12 (NeMo RL's config classes need it)",))
-    try:
-        missing = _missing_features()
-    except ImportError as exc:
-        missing = [f"an importable nemo_rl.algorithms.grpo ({exc.__class__.__name__}: {exc})"]
+        missing.append("Python >= 3.12 (NeMo RL's config classes need it)")
+    if not missing:
+        try:
+            _import("nemo_rl.algorithms.grpo")
+        except ImportError as exc:
+            dep = getattr(exc, "name", None) or str(exc)
+            missing.append(f"NeMo RL's dependency {dep!r} ({exc}); install NeMo RL's environment")
     return NemoRLInfo(version, location, tuple(missing))
 
 
@@ -109,6 +131,5 @@ def require_supported() -> NemoRLInfo:
     """The detected NeMo RL, or RuntimeError naming what is missing and how to install it."""
     info = detect()
     if not info.supported:
-        ok, why = available()
-        raise RuntimeError(why)
+        raise RuntimeError(available()[1])
     return info
