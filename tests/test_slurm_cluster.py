@@ -9,6 +9,7 @@ process of it may survive and no injected command may have run.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -156,3 +157,17 @@ def test_cancel_leaves_nothing_behind_and_injection_stays_data(cluster, tmp_path
     assert submit_cli.main(["logs", job_id, "--ray"]) == 0
     logs = capsys.readouterr().out
     assert "starting the Ray head" in logs and "joining the Ray cluster" in logs
+
+
+def test_local_cluster_status_and_unknown_job(cluster, capsys):
+    script = Path(__file__).parents[1] / "scripts" / "local-slurm.sh"
+    state_dir = Path(os.environ.get("LOCAL_SLURM_DIR", "/var/tmp/slurm-local"))
+    if not (state_dir / "etc" / "slurm.conf").exists():
+        pytest.skip("this Slurm cluster was not started by scripts/local-slurm.sh")
+    proc = subprocess.run(
+        ["bash", str(script), "status"], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "slurmctld up" in proc.stdout and re.search(r"^n2 ", proc.stdout, re.M)
+    assert submit_cli.main(["status", "999999"]) == 1
+    assert "job 999999: UNKNOWN" in capsys.readouterr().out

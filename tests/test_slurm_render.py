@@ -203,6 +203,15 @@ def test_cli_dry_run_prints_script_and_writes_nothing(tmp_path, capsys):
     assert not run_dir.exists()
 
 
+def test_cli_resume_reaches_the_training_command(capsys):
+    args = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run"]
+    assert submit_cli.main(args) == 0
+    assert "TRAIN_RESUME=''" in capsys.readouterr().out
+    assert submit_cli.main([*args, "--resume"]) == 0
+    script = capsys.readouterr().out
+    assert "TRAIN_RESUME=--resume" in script and '${TRAIN_RESUME:+"$TRAIN_RESUME"}' in script
+
+
 def test_cli_reports_bad_input(capsys):
     assert (
         submit_cli.main(

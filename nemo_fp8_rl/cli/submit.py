@@ -1,7 +1,8 @@
 """`nemo_fp8_rl.submit`: run a recipe as a Slurm job, and look after submitted jobs.
 
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
-                       [--job-name N] [--nodes N] [--run-dir D] [--template F] [--dry-run] [key=value ...]
+                       [--job-name N] [--nodes N] [--run-dir D] [--resume] [--template F]
+                       [--dry-run] [key=value ...]
     nemo_fp8_rl.submit status JOB
     nemo_fp8_rl.submit logs JOB [--ray]
     nemo_fp8_rl.submit cancel JOB
@@ -48,6 +49,9 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--job-name", help="job name (default: the recipe name)")
     p.add_argument("--nodes", type=int, help="nodes to allocate (default: cluster.num_nodes)")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
+    p.add_argument(
+        "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
+    )
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     p.add_argument("overrides", nargs="*", help="dotted.key=value recipe overrides")
@@ -74,6 +78,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "mounts": split_mounts(args.mounts) if args.mounts else None,
         "job_name": args.job_name,
         "nodes": args.nodes,
+        "resume": args.resume or None,
     }
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)

@@ -88,6 +88,7 @@ def settings(spec: JobSpec) -> list[str]:
         "PYTHON_BIN_DIR": str(spec.python_bin_dir or ""),
         "SETUP_COMMAND": spec.setup_command or "",
         "RAY_WAIT_TIMEOUT_S": str(spec.ray_wait_timeout_s),
+        "TRAIN_RESUME": "--resume" if spec.resume else "",
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))

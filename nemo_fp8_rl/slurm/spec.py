@@ -48,6 +48,7 @@ class JobSpec:
     exclusive: bool = True
     python_bin_dir: Path | None = None
     ray_wait_timeout_s: int = 1800
+    resume: bool = False
 
     @property
     def log_root(self) -> Path:
@@ -178,6 +179,7 @@ def build_job_spec(
         extra_sbatch_args=_sbatch_args(cfg.get("extra_sbatch_args") or ()),
         exclusive=bool(cfg.get("exclusive", True)),
         python_bin_dir=python_bin_dir,
+        resume=bool(cfg.get("resume", False)),
     )
     return check_paths(spec)
 
