@@ -7,7 +7,7 @@ Built from the resolved recipe with NeMo RL's own keys (`policy.generation.vllm_
 |---|---|
 | `vllm_cfg.precision` | `"fp8"` → FP8 refit; anything else → everything BF16 |
 | `vllm_kwargs.quantization` | absent/`fp8`/`fp8_per_block` → block 128×128 (`weight_scale_inv`); `fp8_per_tensor` → per-tensor (`weight_scale`, one scale shared by q/k/v and by gate/up); `fp8_per_channel`/`compressed-tensors` → per-channel (`weight_scale` `[N, 1]`) |
-| `vllm_cfg.pow2_weight_scaling_factors`, `use_deep_gemm` | power-of-2 scales (they survive DeepGEMM's UE8M0 requantization bit-exactly) |
+| `vllm_cfg.pow2_weight_scaling_factors`, `use_deep_gemm` | power-of-2 scales: DeepGEMM's UE8M0 requantization then keeps q × scale bit-exact (it may re-express a tile whose largest code is ≤ 224 as doubled codes with a halved scale; the values are unchanged) |
 | `vllm_cfg.num_first_layers_in_bf16` / `num_last_layers_in_bf16` | those decoder layers stay BF16 |
 | `vllm_cfg.quantization_ignored_layer_kws` | modules whose name contains a keyword stay BF16 |
 | `vllm_cfg.is_mx` | MXFP8: rejected (not an exact scheme of this bridge) |

@@ -1,0 +1,88 @@
+"""`VllmReceiver`: apply a verified refit to a vLLM engine through its worker `reload_weights`.
+
+vLLM's `reload_weights(weights_iterator=...)` (worker method, vLLM ≥ 0.2x) restores each layer's
+checkpoint-format parameters, runs `model.load_weights` (which stacks q/k/v and gate/up) and
+re-runs `process_weights_after_loading`, so it accepts exactly the tensors of the checkpoint the
+engine was started from: BF16 weights, block FP8 `weight` + `weight_scale_inv`, or
+compressed-tensors per-channel `weight` + `weight_scale`. Raw `model.load_weights` would fail
+on quantized layers, whose parameters are already in kernel layout.
+
+The receiver checks the refit against that checkpoint's tensor names and shapes (read from
+the safetensors headers) before calling the engine; a rejected refit never reaches it.
+Tensors go through `collective_rpc`, which carries them only in the in-process engine
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`, `distributed_executor_backend="uni"`); a multiprocess
+engine needs them moved by path instead (`write_refit_dir` + `reload_weights(weights_path=...)`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.refit.errors import RefitError
+from nemo_fp8_rl.refit.export import checkpoint_shapes
+from nemo_fp8_rl.refit.stream import Bucket
+from nemo_fp8_rl.refit.verify import Received, collect
+
+
+def check_against_checkpoint(
+    received: Received, shapes: dict[str, tuple[int, ...]], optional: Iterable[str] = ()
+) -> list[tuple[str, torch.Tensor]]:
+    """Engine tensors of `received`, after checking names and shapes against `shapes`.
+
+    Raises `RefitError` listing missing, unexpected and mis-shaped tensors.
+    """
+    items = received.engine_items()
+    got = {name: tuple(t.shape) for name, t in items}
+    problems: list[str] = []
+    bad: list[str] = []
+    optional = set(optional)
+    for name in sorted(set(shapes) - set(got) - optional):
+        problems.append(f"{name}: missing from the refit")
+        bad.append(name)
+    for name in sorted(set(got) - set(shapes)):
+        problems.append(f"{name}: the engine's checkpoint has no such tensor")
+        bad.append(name)
+    for name in sorted(set(got) & set(shapes)):
+        want = shapes[name]
+        if got[name] != want and not (len(want) <= 1 and got[name] in ((), (1,))):
+            problems.append(f"{name}: shape {list(got[name])}, the engine loads {list(want)}")
+            bad.append(name)
+    if problems:
+        raise RefitError(problems, bad)
+    return items
+
+
+class VllmReceiver:
+    """Receives refit buckets into a vLLM `LLM` (or any object with `collective_rpc`)."""
+
+    def __init__(self, llm: Any, checkpoint_dir: str | Path) -> None:
+        self.llm = llm
+        self.shapes = checkpoint_shapes(checkpoint_dir)
+        if not self.shapes:
+            raise FileNotFoundError(
+                f"{checkpoint_dir}: no safetensors tensors; pass the engine's model dir"
+            )
+
+    def apply(self, buckets: Iterable[Bucket]) -> int:
+        """Verify all `buckets`, then reload them into the engine; return the tensor count.
+
+        Raises `RefitError` (engine untouched) on any NaN/Inf, shape, dtype, checksum, missing
+        or unexpected tensor.
+        """
+        items = check_against_checkpoint(collect(buckets), self.shapes)
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        return len(items)
+
+
+def write_refit_dir(received: Received, out_dir: str | Path) -> Path:
+    """Write a verified refit as one safetensors file for `reload_weights(weights_path=...)`."""
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(dict(received.engine_items()), out / "model.safetensors", metadata={"format": "pt"})
+    return out
