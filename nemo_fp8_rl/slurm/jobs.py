@@ -2,8 +2,8 @@
 
 `write_job_files` puts the frozen recipe and the rendered script into `<run_dir>/slurm/`, and
 `submit` hands the script to `sbatch --parsable`. Job state is looked up in the order that works
-with and without Slurm accounting: `squeue` (queued and running jobs), then `scontrol show job`
-(finished jobs, kept for MinJobAge), then `sacct`.
+with and without Slurm accounting: `scontrol show job` (queued, running, and finished jobs for
+MinJobAge), then `squeue`, then `sacct` (accounting, for jobs the controller has forgotten).
 """
 
 from __future__ import annotations
@@ -126,25 +126,23 @@ def _scontrol_fields(job_id: str) -> dict[str, str]:
     return dict(p.split("=", 1) for p in parts if "=" in p)
 
 
+def _first_line(cmd: list[str]) -> str:
+    proc = _run(cmd, check=False)
+    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    return lines[0].strip() if lines else ""
+
+
 def job_status(job_id: str) -> JobStatus:
-    """Current state of `job_id`: squeue, then scontrol, then sacct; `UNKNOWN` if none knows it."""
+    """Current state of `job_id`: scontrol, then squeue, then sacct; `UNKNOWN` if none knows it."""
     check_job_id(job_id)
-    proc = _run(["squeue", "-h", "-j", job_id, "-o", "%T"], check=False)
-    state = (
-        proc.stdout.strip().splitlines()[0] if proc.returncode == 0 and proc.stdout.strip() else ""
-    )
     fields = _scontrol_fields(job_id)
     if fields.get("JobState"):
         return JobStatus(job_id, fields["JobState"], fields.get("ExitCode", ""))
+    state = _first_line(["squeue", "-h", "-j", job_id, "-o", "%T"])
     if state:
         return JobStatus(job_id, state)
     if shutil.which("sacct"):
-        proc = _run(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"], check=False)
-        line = (
-            proc.stdout.strip().splitlines()[0]
-            if proc.returncode == 0 and proc.stdout.strip()
-            else ""
-        )
+        line = _first_line(["sacct", "-X", "-n", "-P", "-j", job_id, "-o", "State,ExitCode"])
         if line:
             sacct_state, _, code = line.partition("|")
             return JobStatus(job_id, sacct_state.split()[0], code)

@@ -149,10 +149,11 @@ def build_job_spec(
 ) -> JobSpec:
     """A checked `JobSpec` from a loaded `Recipe`, its frozen copy and command-line flags.
 
-    Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`) override the recipe's
-    `slurm` section; nodes and GPUs come from `cluster` (`nodes` may ask for more nodes than
-    `cluster.num_nodes`, e.g. to spread the embedded engine's Ray actors over a 2-node cluster). Without a container, the job puts the
-    submitting interpreter's directory first on PATH (`python_bin_dir`, default: this Python's).
+    Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`) override
+    the recipe's `slurm` section. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
+    more nodes than `cluster.num_nodes` (e.g. to spread the embedded engine's Ray actors over two
+    nodes), never fewer. Without a container the job puts the submitting interpreter's directory
+    first on PATH (`python_bin_dir`, default: this Python's).
     """
     cfg = dict(recipe.config.get("slurm") or {})
     cfg.update({k: v for k, v in (flags or {}).items() if v is not None})
