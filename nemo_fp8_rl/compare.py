@@ -152,27 +152,6 @@ def precision_of(config: Mapping[str, Any] | None) -> str:
 
 # --------------------------------------------------------------------------- run metrics
 
-# Canonical name first, then the names NeMo RL logs the same quantity under.
-ALIASES: dict[str, tuple[str, ...]] = {
-    "timing/train/generate": ("timing/train/generation",),
-    "timing/train/logprobs": ("timing/train/policy_and_reference_logprobs",),
-    "timing/train/refit": (
-        "timing/train/prepare_for_generation/total",
-        "timing/train/prepare_for_generation",
-    ),
-    "throughput/tokens_per_sec": ("timing/train/valid_tokens_per_sec_per_gpu",),
-    "train/entropy": ("train/approx_entropy",),
-}
-
-
-def series_for(run: RunData, metric: str) -> tuple[Series | None, str | None]:
-    """The run's series for `metric` or its first logged alias, with the name actually found."""
-    for name in (metric, *ALIASES.get(metric, ())):
-        found = run.get(name)
-        if found is not None:
-            return found, name
-    return None, None
-
 
 def _last(s: Series) -> float:
     return float(s.values[-1])
@@ -301,7 +280,7 @@ def summarize_run(run: RunData) -> RunSummary:
     missing: list[str] = []
     notes = list(run.notes)
     for column in COLUMNS:
-        series, found = series_for(run, column.metric)
+        series, found = run.find(column.metric)
         series = series.finite() if series is not None else None
         if series is None or not len(series):
             values[column.key] = float("nan")
@@ -317,7 +296,7 @@ def summarize_run(run: RunData) -> RunSummary:
     if accuracy is not None and len(accuracy.finite()):
         finite = accuracy.finite()
         best_step = int(finite.steps[int(np.argmax(finite.values))])
-    entropy, _ = series_for(run, "train/entropy")
+    entropy, _ = run.find("train/entropy")
     onsets = entropy_surges(entropy) if entropy is not None else []
     if len(onsets) > 1:
         notes.append(f"entropy surges began at steps {', '.join(map(str, onsets))}")
@@ -329,7 +308,7 @@ def summarize_run(run: RunData) -> RunSummary:
 
 def align(runs: Sequence[RunData], metric: str) -> tuple[np.ndarray, np.ndarray]:
     """All runs' values of `metric` on the union of their steps: (steps, values[run, step]), NaN where absent."""
-    found = [series_for(r, metric)[0] for r in runs]
+    found = [r.find(metric)[0] for r in runs]
     steps = np.unique(
         np.concatenate([s.steps for s in found if s is not None] or [np.zeros(0, np.int64)])
     )

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nemo_fp8_rl.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff, series_for
+from nemo_fp8_rl.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
 
 MISSING = "-"
 
@@ -136,7 +136,7 @@ def plot_data(comparison: Comparison, spec: PlotSpec) -> list[list[Curve]]:
     for metric, _ in spec.panels:
         curves = []
         for run in comparison.runs:
-            series, _ = series_for(run, metric)
+            series, _ = run.find(metric)
             if series is not None and len(series.finite()):
                 finite = series.finite()
                 curves.append(Curve(run.name, finite.steps, finite.values))

@@ -37,6 +37,18 @@ EVENT_GLOB = "events.out.tfevents.*"
 _TFRECORD_HEADER = 12  # uint64 length + uint32 masked crc of the length
 _TFRECORD_FOOTER = 4  # uint32 masked crc of the data
 
+# Canonical name first, then the names NeMo RL logs the same quantity under.
+ALIASES: dict[str, tuple[str, ...]] = {
+    "timing/train/generate": ("timing/train/generation",),
+    "timing/train/logprobs": ("timing/train/policy_and_reference_logprobs",),
+    "timing/train/refit": (
+        "timing/train/prepare_for_generation/total",
+        "timing/train/prepare_for_generation",
+    ),
+    "throughput/tokens_per_sec": ("timing/train/valid_tokens_per_sec_per_gpu",),
+    "train/entropy": ("train/approx_entropy",),
+}
+
 Rows = dict[int, dict[str, float]]
 
 
@@ -74,6 +86,14 @@ class RunData:
     def get(self, metric: str) -> Series | None:
         """The metric's series, or None when this run never logged it."""
         return self.metrics.get(metric)
+
+    def find(self, metric: str) -> tuple[Series | None, str | None]:
+        """The series of `metric` or of its first logged alias (`ALIASES`), and the name found."""
+        for name in (metric, *ALIASES.get(metric, ())):
+            found = self.metrics.get(name)
+            if found is not None:
+                return found, name
+        return None, None
 
     @property
     def last_step(self) -> int:
@@ -271,6 +291,12 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         rows, file_notes = read_event_file(file)
         parts.append(rows)
         notes += file_notes
+    folders = sorted({str(f.parent) for f in event_files})
+    if len(folders) > 1:  # NeMo RL starts a new exp_NNN folder per launch, e.g. on resume
+        notes.append(
+            f"{path}: merged event files from {len(folders)} folders in time order, later values "
+            f"winning: {', '.join(folders)}; pass one folder to read one experiment only"
+        )
     metrics = rows_to_series(merge_rows(parts))
     if not metrics:
         raise RunReadError(

@@ -441,3 +441,20 @@ def test_surge_examples():
     small = flat.copy()
     small[40:] += 0.03  # many sigmas, but below the minimum rise of 0.05 nats
     assert entropy_surges(Series(np.arange(1, 61), small)) == []
+
+
+def test_event_files_of_two_launches_are_merged_with_a_note(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    for exp, steps, value in (("exp_001", range(1, 6), 1.0), ("exp_002", range(4, 9), 2.0)):
+        writer = SummaryWriter(log_dir=str(tmp_path / "logs" / exp / "tensorboard"))
+        for step in steps:
+            writer.add_scalar("train/reward", value, step)
+        writer.close()
+    run = load_run(tmp_path / "logs")
+    assert run.metrics["train/reward"].steps.tolist() == list(range(1, 9))
+    assert (
+        run.metrics["train/reward"].values.tolist() == [1.0] * 3 + [2.0] * 5
+    )  # resumed launch wins
+    assert any("merged event files from 2 folders" in n for n in run.notes)
+    assert load_run(tmp_path / "logs" / "exp_001").notes == []
