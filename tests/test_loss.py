@@ -417,3 +417,19 @@ def test_shadow_keys_feed_the_calibrator_with_loss_weights() -> None:
             global_valid_seqs=data["sample_mask"].sum(),
             global_valid_toks=m.sum(),
         )
+
+
+def test_micro_batch_without_valid_tokens() -> None:
+    """NeMo RL's convention: zero loss, ratio extremes ±inf, no NaN."""
+    lp, data = make_batch(0)
+    data["sample_mask"] = torch.zeros_like(data["sample_mask"])
+    loss, metrics = CalibratedClippedPGLoss({})(
+        next_token_logprobs=lp,
+        data=data,
+        global_valid_seqs=torch.tensor(4.0),
+        global_valid_toks=torch.tensor(40.0),
+    )
+    assert float(loss) == 0.0 and metrics["clip_frac"] == 0.0 and metrics["calib_low"] == 0.0
+    assert (
+        metrics["probs_ratio_min"] == math.inf and metrics["probs_ratio_clamped_max"] == -math.inf
+    )

@@ -294,28 +294,21 @@ class CalibratedClippedPGLoss:
 
     @staticmethod
     def _ratio_metrics(r, r_clamped, mask, gt) -> dict[str, float]:
+        """Mean ratio (÷ global tokens) and extremes over valid tokens (±inf when there are none)."""
         valid = mask.bool()
-        out = {
+
+        def extreme(x: torch.Tensor, fn, fill: float) -> float:
+            return fn(torch.where(valid, x, torch.full_like(x, fill))).item()
+
+        inf = float("inf")
+        return {
             "probs_ratio": diag.masked_mean(r, mask, gt).item(),
             "probs_ratio_clamped": diag.masked_mean(r_clamped, mask, gt).item(),
+            "probs_ratio_min": extreme(r, torch.min, inf),
+            "probs_ratio_max": extreme(r, torch.max, -inf),
+            "probs_ratio_clamped_min": extreme(r_clamped, torch.min, inf),
+            "probs_ratio_clamped_max": extreme(r_clamped, torch.max, -inf),
         }
-        if bool(valid.any()):
-            vr, vc = r[valid], r_clamped[valid]
-            out.update(
-                probs_ratio_min=vr.min().item(),
-                probs_ratio_max=vr.max().item(),
-                probs_ratio_clamped_min=vc.min().item(),
-                probs_ratio_clamped_max=vc.max().item(),
-            )
-        else:
-            inf = float("inf")
-            out.update(
-                probs_ratio_min=inf,
-                probs_ratio_max=-inf,
-                probs_ratio_clamped_min=inf,
-                probs_ratio_clamped_max=-inf,
-            )
-        return out
 
     def _clip_metrics(self, r, adv, mask, gt) -> dict[str, float]:
         """Token shares (÷ global valid tokens, summable) of clipped tokens by cause and of each sign."""
