@@ -56,13 +56,14 @@ def test_kernel_arithmetic_in_the_triton_interpreter() -> None:
 
 
 def _gpu_inputs() -> list[torch.Tensor]:
+    """Llama-shaped BF16, plus odd shapes with a wide dynamic range and zero tiles per dtype."""
     g = torch.Generator(device="cuda").manual_seed(0)
     rand = torch.randn(4096, 14336, device="cuda", generator=g).to(torch.bfloat16)
-    odd = torch.randn(300, 260, device="cuda", generator=g) * torch.logspace(
-        -12, 12, 260, device="cuda"
-    )
-    odd[:128, :128] = 0
-    return [rand, odd.to(torch.bfloat16), odd.float(), odd.half()]
+    odd = torch.randn(300, 260, device="cuda", generator=g)
+    wide = odd * torch.logspace(-12, 12, 260, device="cuda")
+    wide[:128, :128] = 0
+    half = odd * torch.logspace(-3, 3, 260, device="cuda")  # stays finite in float16
+    return [rand, wide.to(torch.bfloat16), wide, half.half(), rand[:, :1000]]  # last: strided
 
 
 @pytest.mark.gpu
