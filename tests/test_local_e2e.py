@@ -55,6 +55,7 @@ def _train_values(records: list[dict]) -> dict[int, dict[str, float]]:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["grpo-tiny-qwen3-cpu-bf16", "grpo-tiny-qwen3-cpu-fp8"])
 def test_steps_checkpoint_and_exact_resume(name, tmp_path):
     torch.set_num_threads(1)

@@ -33,9 +33,8 @@ def start_ray(num_cpus: int = 2) -> bool:
 
 def make_actors(config: dict[str, Any], model_dir: str, num_threads: int) -> tuple[Any, Any]:
     """The trainer and rollout actors (one CPU each), both loading the policy from `model_dir`."""
-    env = {"env_vars": {"OMP_NUM_THREADS": str(num_threads), "TOKENIZERS_PARALLELISM": "false"}}
-    trainer_cls = ray.remote(num_cpus=1, runtime_env=env)(Trainer)
-    rollout_cls = ray.remote(num_cpus=1, runtime_env=env)(Rollout)
+    trainer_cls = ray.remote(num_cpus=1)(Trainer)
+    rollout_cls = ray.remote(num_cpus=1)(Rollout)
     trainer = trainer_cls.remote(config, model_dir, num_threads)
     rollout = rollout_cls.remote(config, model_dir, num_threads)
     return trainer, rollout

@@ -45,7 +45,8 @@ class MetricsLogger:
             from torch.utils.tensorboard import SummaryWriter
 
             self._tb = SummaryWriter(
-                log_dir=str(run_dir / "logs" / "tb"), purge_step=completed_steps + 1 if completed_steps else None
+                log_dir=str(run_dir / "logs" / "tb"),
+                purge_step=completed_steps + 1 if completed_steps else None,
             )
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
@@ -87,12 +88,16 @@ def read_metrics(run_dir: Path) -> list[dict]:
 
 
 class ProgressBar:
-    """A rich progress bar over GRPO steps showing the headline numbers of the last step."""
+    """A rich progress bar over GRPO steps showing the headline numbers of the last step;
+    when not `enabled`, a plain log line every `every` steps instead."""
 
-    def __init__(self, total: int, start: int, *, enabled: bool, name: str) -> None:
-        """Start the bar at `start` of `total` steps (a no-op when not `enabled`)."""
+    def __init__(
+        self, total: int, start: int, *, enabled: bool, name: str, every: int = 10
+    ) -> None:
+        """Start the bar at `start` of `total` steps."""
         self._last: dict[str, float] = {}
         self._bar = None
+        self._step, self._total, self._every, self._name = start, total, max(every, 1), name
         if enabled:
             self._bar = Progress(
                 TextColumn(f"[bold]{name}"),
@@ -108,8 +113,17 @@ class ProgressBar:
     def update(self, metrics: dict[str, float]) -> None:
         """Advance one step and refresh the headline numbers."""
         self._last.update({k: v for k, v in metrics.items() if v is not None})
+        self._step += 1
         if self._bar is None:
+            if self._step % self._every == 0 or self._step == self._total:
+                print(
+                    f"{self._name} step {self._step}/{self._total} {self._headline()}", flush=True
+                )
             return
+        self._bar.update(self._task, advance=1, info=self._headline())
+
+    def _headline(self) -> str:
+        """The headline numbers of the latest metrics, as one line."""
         parts = []
         for label, key, fmt in HEADLINE:
             if key is None:
@@ -119,7 +133,9 @@ class ProgressBar:
                     )
             elif key in self._last:
                 parts.append(f"{label} {fmt.format(self._last[key])}")
-        self._bar.update(self._task, advance=1, info=" ".join(parts))
+        if "timing/train/total_step_time" in self._last:
+            parts.append(f"{self._last['timing/train/total_step_time']:.2f}s/step")
+        return " ".join(parts)
 
     def close(self) -> None:
         """Stop drawing the bar."""

@@ -22,6 +22,13 @@ from transformers import (
 from nemo_fp8_rl.config.project import TinyModelConfig
 
 
+def quiet_transformers() -> None:
+    """Turn off transformers' per-file progress bars (loading and saving the tiny model)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+
 def hf_config(cfg: TinyModelConfig, tokenizer: PreTrainedTokenizerFast):
     """The transformers config of the tiny model (Qwen3Config or LlamaConfig)."""
     common = dict(

@@ -15,6 +15,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nemo_fp8_rl.config.project import TaskConfig
 from nemo_fp8_rl.engines.local import precision
+from nemo_fp8_rl.engines.local.model import quiet_transformers
 from nemo_fp8_rl.engines.local.sampling import Generation, SamplingParams, generate
 from nemo_fp8_rl.engines.local.task import exact_match_reward, validation_problems
 from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
@@ -27,6 +28,7 @@ class Rollout:
     def __init__(self, config: dict[str, Any], model_dir: str, num_threads: int = 1) -> None:
         """Load the policy from `model_dir` and apply the rollout precision of the recipe."""
         torch.set_num_threads(num_threads)
+        quiet_transformers()
         gen = config["policy"]["generation"]
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()

@@ -26,7 +26,7 @@ from nemo_fp8_rl.engines.local.actors import make_actors, start_ray
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar
-from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint
+from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
@@ -149,7 +149,9 @@ class Loop:
         start = self.resume() if resume else 0
         self.refit()
         logger = MetricsLogger(
-            self.run_dir, tensorboard=self.cfg["logger"]["tensorboard_enabled"], completed_steps=start
+            self.run_dir,
+            tensorboard=self.cfg["logger"]["tensorboard_enabled"],
+            completed_steps=start,
         )
         bar = ProgressBar(
             self.steps, start, enabled=progress, name=self.cfg["logger"]["wandb"]["name"]
@@ -181,6 +183,7 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     precision.check_cpu_support(cfg, recipe.name)
     local = LocalConfig(**cfg["local"])
     torch.set_num_threads(local.num_threads)
+    quiet_transformers()
     run_dir = Path(recipe.run_dir).resolve()
     rundir.prepare(run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume)
     t0 = time.perf_counter()
