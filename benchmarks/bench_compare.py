@@ -3,9 +3,9 @@
 Run: `uv run python benchmarks/bench_compare.py [--steps 500]`. Writes a BF16 and an FP8 run
 (metrics.jsonl, and NeMo RL-style TensorBoard events with torch's SummaryWriter) to a temporary
 directory, then prints:
-- the wall time of the whole command (`python -m nemo_fp8_rl.compare A B --out R`, a fresh
-  process, as a user sees it) for project runs and for NeMo RL event files, with and without
-  plots, against the 3 s budget;
+- the wall and CPU time of the whole command (`python -m nemo_fp8_rl.compare A B --out R`, a
+  fresh process, as a user sees it) for project runs and for NeMo RL event files, with and
+  without plots, against the 3 s budget (on a busy machine only the CPU time is meaningful);
 - the time to read the event files with `nemo_fp8_rl.runs` and with TensorBoard's
   `EventFileLoader` (the baseline), and their ratio.
 """
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -53,13 +55,21 @@ def write_runs(root: Path, steps: int) -> list[Path]:
     return dirs
 
 
-def time_cli(args: list[str]) -> float:
-    """Wall seconds of `python -m nemo_fp8_rl.compare ARGS` in a fresh process."""
+def time_cli(args: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of `python -m nemo_fp8_rl.compare ARGS` in a fresh process.
+
+    CPU time (user + system) is what the command costs on an idle machine; wall time also
+    counts waiting for cores other processes hold.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     subprocess.run(
         [sys.executable, "-m", "nemo_fp8_rl.compare", *args], check=True, capture_output=True
     )
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, cpu
 
 
 def time_readers(event_files: list[Path]) -> tuple[float, float]:
@@ -93,10 +103,13 @@ def main() -> None:
             "project runs, --no-plots": [*map(str, runs), "--out", tmp + "/r2", "--no-plots"],
             "event files only, plots": [*tb, "--out", tmp + "/r3"],
         }
-        print(f"two runs of {steps} steps; budget {BUDGET_S:.1f} s")
+        print(f"two runs of {steps} steps; budget {BUDGET_S:.1f} s; load {os.getloadavg()[0]:.1f}")
         for label, args in cases.items():
-            seconds = min(time_cli(args) for _ in range(3))
-            print(f"  {label:38s} {seconds:6.2f} s  ({seconds / BUDGET_S:4.2f} of budget)")
+            wall, cpu = min(time_cli(args) for _ in range(3))
+            print(
+                f"  {label:38s} wall {wall:6.2f} s ({wall / BUDGET_S:4.2f} of budget)"
+                f"  cpu {cpu:5.2f} s ({cpu / BUDGET_S:4.2f} of budget)"
+            )
         events = sorted(root.rglob("events.out.tfevents.*"))
         ours, baseline = time_readers(events)
         print(f"  read events, EventFileLoader (baseline) {baseline * 1e3:7.1f} ms")
