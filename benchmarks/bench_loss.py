@@ -54,15 +54,19 @@ def plain_clipped(lp: torch.Tensor, data: dict[str, torch.Tensor]) -> torch.Tens
     return (per_token * mask).sum() / mask.sum()
 
 
-def timed(fn: Callable[[], object], repeats: int) -> float:
-    """Median wall time of `fn()` over `repeats` runs after one warm-up run."""
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+def timed(fns: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Median wall time of each `fn()` over `repeats` rounds after one warm-up round.
+
+    Rounds interleave the variants so that load from other processes affects them alike.
+    """
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    for round_ in range(repeats + 1):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            if round_:
+                times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def loss_variants(curr: torch.Tensor, data: dict) -> dict[str, Callable[[], object]]:
@@ -109,7 +113,6 @@ def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str,
         "fp8_logprobs": curr,
         "bf16_logprobs": data["bf16_curr_logprobs"],
     }
-    observe = timed(lambda: cal.observe(**kwargs), repeats)
     step = [0]
 
     def update() -> None:
@@ -117,7 +120,12 @@ def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str,
         cal.update(step[0])
         step[0] += 1
 
-    return {"observe": observe, "observe + update": timed(update, repeats)}
+    def observe() -> None:
+        cal.observe(**kwargs)
+        cal._chunks.clear()  # keep the buffer from growing across repeats
+        cal._prob_sums = None
+
+    return timed({"observe": observe, "observe + update": update}, repeats)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{n} tokens ([{curr.shape[0]}, {curr.shape[1]}]), {args.threads} thread(s), median of {args.repeats}"
     )
-    results = {name: timed(fn, args.repeats) for name, fn in loss_variants(curr, data).items()}
+    results = timed(loss_variants(curr, data), args.repeats)
     base = results["plain clipped loss (baseline)"]
     for name, sec in results.items():
         print(f"  {name:48s} {sec * 1e3:9.1f} ms   x{sec / base:5.2f}")

@@ -78,20 +78,20 @@ def prepare_samples(
                 f"calibration samples: `{name}` has shape {tuple(t.shape)} but `fp8_ratio` has "
                 f"{tuple(shape)}; pass tensors over the same tokens (same [B, S] slice)"
             )
-    r8 = fp8_ratio.detach().reshape(-1).to(torch.float64)
-    r16 = bf16_ratio.detach().reshape(-1).to(torch.float64)
-    adv = advantages.detach().reshape(-1).to(torch.float64)
-    w = torch.ones_like(r8) if weights is None else weights.detach().reshape(-1).to(torch.float64)
-    keep = torch.ones_like(r8, dtype=torch.bool) if mask is None else mask.reshape(-1) > 0
-    finite = torch.isfinite(r8) & torch.isfinite(r16) & torch.isfinite(adv) & torch.isfinite(w)
+    cols = [fp8_ratio, bf16_ratio, advantages] + ([] if weights is None else [weights])
+    table = torch.stack([c.detach().reshape(-1) for c in cols], dim=1)  # [n, 3 or 4], one pass
+    keep = torch.ones(table.shape[0], dtype=torch.bool, device=table.device)
+    if mask is not None:
+        keep = mask.reshape(-1) > 0
+    finite = torch.isfinite(table).all(dim=1)
     dropped = int((keep & ~finite).sum())
-    keep = keep & finite
+    rows = table[keep & finite].to(torch.float64)
     lo, hi = math.exp(-log_ratio_clamp), math.exp(log_ratio_clamp)
     return Samples(
-        fp8_ratio=r8[keep].clamp(lo, hi),
-        bf16_ratio=r16[keep].clamp(lo, hi),
-        advantages=adv[keep],
-        weights=w[keep],
+        fp8_ratio=rows[:, 0].clamp(lo, hi),
+        bf16_ratio=rows[:, 1].clamp(lo, hi),
+        advantages=rows[:, 2],
+        weights=rows[:, 3] if weights is not None else torch.ones_like(rows[:, 0]),
         num_dropped_nonfinite=dropped,
     )
 

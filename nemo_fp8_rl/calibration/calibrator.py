@@ -177,11 +177,13 @@ class Calibrator:
         sums = fp8_ratio.new_zeros(3, dtype=torch.float64)
         sums[2] = s.num_dropped_nonfinite
         if fp8_logprobs is not None:
-            valid = torch.ones_like(fp8_logprobs, dtype=torch.bool) if mask is None else mask > 0
-            p8 = fp8_logprobs.detach().double().exp()[valid]
-            p16 = bf16_logprobs.detach().double().exp()[valid]
+            p8, p16 = fp8_logprobs.detach().double().exp(), bf16_logprobs.detach().double().exp()
             ok = torch.isfinite(p8) & torch.isfinite(p16)
-            sums[0], sums[1] = (p8[ok] - p16[ok]).abs().sum(), p16[ok].sum()
+            if mask is not None:
+                ok &= mask > 0
+            zero = torch.zeros((), dtype=torch.float64, device=p8.device)
+            sums[0] = torch.where(ok, (p8 - p16).abs(), zero).sum()
+            sums[1] = torch.where(ok, p16, zero).sum()
         self._prob_sums = sums if self._prob_sums is None else self._prob_sums + sums
 
     def _pooled(self, gather: Gather | None) -> tuple[Samples, torch.Tensor]:
