@@ -178,3 +178,17 @@ def test_kv_scale_calibration_and_quantizer() -> None:
     assert once.abs().max() <= 448 * 0.01 + 1e-6
     with pytest.raises(ValueError, match="k_scale"):
         enable_fp8_kv_cache_emulation(model, k_scale=0.0)
+
+
+def test_converted_model_pickles_and_deep_copies() -> None:
+    import copy
+    import pickle
+
+    model = _tiny_qwen3()
+    convert_to_fp8_emulation(model, weight_spec=W, act_spec=A, grad_spec=G)
+    enable_fp8_kv_cache_emulation(model, k_scale=0.05, v_scale=0.05)
+    ids = torch.randint(0, 64, (1, 8), generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        ref = model(ids).logits
+        for clone in (pickle.loads(pickle.dumps(model)), copy.deepcopy(model)):
+            torch.testing.assert_close(clone(ids).logits, ref, rtol=0, atol=0)

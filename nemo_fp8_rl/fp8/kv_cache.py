@@ -79,6 +79,12 @@ def _register(inner: str) -> str:
     return name
 
 
+# Register the wrappers of the common implementations at import, so that a converted model
+# unpickled in another process (e.g. sent to a Ray actor) finds its attention function there.
+for _inner in ("sdpa", "eager"):
+    _register(_inner)
+
+
 def _attention_modules(model: nn.Module) -> list[nn.Module]:
     return [m for m in model.modules() if hasattr(m, "k_proj") and hasattr(m, "v_proj")]
 
