@@ -27,10 +27,10 @@ SMALL = [
 ]
 
 
-def _step(name: str, tmp_path, monkeypatch):
+def _step(name: str, tmp_path, monkeypatch, extra: tuple[str, ...] = ()):
     monkeypatch.setenv("NEMO_FP8_RL_CACHE", str(tmp_path / "cache"))
     torch.set_num_threads(1)
-    recipe = load_recipe(f"tiny/{name}", SMALL, run_dir=tmp_path)
+    recipe = load_recipe(f"tiny/{name}", [*SMALL, *extra], run_dir=tmp_path)
     cfg, local = recipe.config, LocalConfig(**recipe.config["local"])
     prepare_model(recipe, tmp_path, local)
     trainer, rollout = Trainer(cfg, str(tmp_path / "model")), Rollout(cfg, str(tmp_path / "model"))
@@ -80,3 +80,16 @@ def test_trainer_state_round_trip(tmp_path, monkeypatch):
         assert torch.equal(a, b), n
     assert fresh.loss_fn.bounds == trainer.loss_fn.bounds
     assert fresh.optimizer.state_dict()["state"].keys() == state["optimizer"]["state"].keys()
+
+
+def test_fp8_kv_cache_scales_travel_with_the_refit(tmp_path, monkeypatch):
+    kv = ("policy.generation.vllm_cfg.kv_cache_dtype=fp8",)
+    trainer, rollout, _ = _step("grpo-tiny-qwen3-cpu-fp8", tmp_path, monkeypatch, kv)
+    from nemo_fp8_rl.fp8.kv_cache import kv_states
+
+    assert all(s.fp8_enabled for s in kv_states(rollout.model))
+    assert not any(s.fp8_enabled for s in kv_states(trainer.model))  # training attention: BF16
+    rollout.apply_refit(trainer.refit_buckets())
+    scales = [(s.k_scale, s.v_scale) for s in kv_states(rollout.model)]
+    assert len(scales) == 2 and all(0 < k < 1 and 0 < v < 1 for k, v in scales), scales
+    assert scales == [(s.k_scale, s.v_scale) for s in kv_states(trainer.model)]
