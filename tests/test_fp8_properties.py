@@ -23,6 +23,11 @@ specs = st.builds(
     fmt=st.sampled_from(["e4m3", "e5m2"]),
     granularity=st.sampled_from(["tensorwise", "per_channel", "rowwise", "blockwise"]),
     scale=st.sampled_from(["fp32", "pow2"]),
+) | st.builds(
+    FP8Spec,
+    fmt=st.sampled_from(["e4m3", "e5m2"]),
+    granularity=st.just("mxfp8"),
+    scale=st.just("e8m0"),
 )
 
 

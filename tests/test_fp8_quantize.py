@@ -154,3 +154,27 @@ def test_round_trip_error_bound(granularity: str, scale: str) -> None:
     normal = x.abs() >= s_full * 2.0**-6  # the scaled input lies in the normal range
     assert (err[normal] <= x.abs()[normal] * 2.0**-4).all()
     assert (err[~normal] <= s_full[~normal] * 2.0**-10 + 0.0).all()
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2"])
+@pytest.mark.parametrize("shape", [(256, 384), (7, 45), (3, 5, 96)])
+def test_mxfp8_bit_exact(fmt: str, shape: tuple[int, ...]) -> None:
+    gen = torch.Generator().manual_seed(6)
+    x = (torch.randn(*shape, generator=gen) * torch.logspace(-30, 30, shape[-1])).to(torch.bfloat16)
+    x.view(-1, shape[-1])[0, :32] = 0  # an all-zero block: E8M0 exponent 0, scale 1
+    _check_exact(x, FP8Spec(fmt, "mxfp8", "e8m0"))
+    q, s = quantize(x, FP8Spec(fmt, "mxfp8", "e8m0"))
+    assert s.shape == (*shape[:-1], -(-shape[-1] // 32))
+    e = torch.log2(s)
+    assert torch.equal(e, e.round())  # every MXFP8 scale is a power of two
+
+
+def test_mxfp8_scale_rounds_up() -> None:
+    """amax = 448 * 2^j exactly gives scale_inv 2^j; anything above rounds up to 2^(j+1)."""
+    x = torch.zeros(1, 64)
+    x[0, 0], x[0, 32] = 448.0 * 4, 448.0 * 4 * (1 + 2**-10)
+    q, s = quantize(x, FP8Spec.preset("mxfp8"))
+    assert s.tolist() == [[4.0, 8.0]]
+    assert q[0, 0].float().item() == 448.0 and q[0, 32].float().item() == 224.0
+    with pytest.raises(ValueError, match="E8M0"):
+        FP8Spec("e4m3", "rowwise", "e8m0")

@@ -78,12 +78,29 @@ def ref_scale(amax: float, fp8_max: float, pow2: bool, eps: float = 0.0) -> tupl
     return float(s), float(np.float32(1.0) / np.float32(s))
 
 
+def ref_e8m0_scale(amax: float, fp8_max: float) -> tuple[float, float]:
+    """MXFP8 (TE): v = amax * fp32(1/fp8_max); e = clamp(ceil(log2 v) + 127, 0, 254) (NaN 255,
+    inf 254); scale = 1 if e == 0 else 2^(127-e); scale_inv = 2^(e-127)."""
+    v = np.float32(amax) * np.float32(1.0 / fp8_max)
+    if math.isnan(v):
+        return math.nan, math.nan
+    if math.isinf(v):
+        e = 254
+    elif v == 0:
+        e = 0
+    else:
+        mant, ex = math.frexp(float(v))  # v = mant * 2^ex, mant in [0.5, 1)
+        e = min(max((ex - 1 if mant == 0.5 else ex) + 127, 0), 254)
+    return (1.0 if e == 0 else math.ldexp(1.0, 127 - e)), math.ldexp(1.0, e - 127)
+
+
 def block_shape(granularity: str, m: int, k: int) -> tuple[int, int]:
     return {
         "tensorwise": (m, k),
         "per_channel": (1, k),
         "rowwise": (1, 128),
         "blockwise": (128, 128),
+        "mxfp8": (1, 32),
     }[granularity]
 
 
@@ -102,7 +119,10 @@ def ref_quantize(x: torch.Tensor, fmt: str, granularity: str, pow2: bool, eps: f
             tile = x2[bi * br : (bi + 1) * br, bj * bc : (bj + 1) * bc]
             mags = np.abs(tile[~np.isnan(tile)])
             amax = float(mags.max()) if mags.size else 0.0
-            s, s_inv = ref_scale(amax, fp8_max, pow2, eps)
+            if granularity == "mxfp8":
+                s, s_inv = ref_e8m0_scale(amax, fp8_max)
+            else:
+                s, s_inv = ref_scale(amax, fp8_max, pow2, eps)
             sinv[bi, bj] = s_inv
             y = tile.astype(np.float32) * np.float32(s)
             q[bi * br : (bi + 1) * br, bj * bc : (bj + 1) * bc] = round_array(y, fmt)

@@ -17,8 +17,8 @@ import math
 
 import torch
 
-from nemo_fp8_rl.fp8.scaling import scale_from_amax
-from nemo_fp8_rl.fp8.spec import BLOCK_LEN, FP8Spec
+from nemo_fp8_rl.fp8.scaling import scales_for
+from nemo_fp8_rl.fp8.spec import BLOCK_LEN, MX_BLOCK_LEN, FP8Spec
 
 _CHUNK_ELEMS = 1 << 20
 # dtype -> (integer view dtype, magnitude mask, bit pattern of +inf)
@@ -42,8 +42,9 @@ def _tile_amax_bits(mag: torch.Tensor, granularity: str) -> torch.Tensor:
     """Per-tile max of magnitude bits for one `(rows, K)` chunk, broadcastable over `(rows, kb, 128)`
     (rowwise/blockwise) or `(rows, K)` (per_channel/tensorwise)."""
     rows, k = mag.shape
-    if granularity == "rowwise":
-        return mag.view(rows, k // BLOCK_LEN, BLOCK_LEN).amax(-1, keepdim=True)
+    if granularity in ("rowwise", "mxfp8"):
+        group = MX_BLOCK_LEN if granularity == "mxfp8" else BLOCK_LEN
+        return mag.view(rows, k // group, group).amax(-1, keepdim=True)
     if granularity == "blockwise":
         cols = mag.amax(0)
         return cols.view(1, k // BLOCK_LEN, BLOCK_LEN).amax(-1, keepdim=True)
@@ -77,7 +78,8 @@ def quantize_chunked(x: torch.Tensor, spec: FP8Spec) -> tuple[torch.Tensor, torc
     gran = spec.granularity
     x2d = x.reshape(-1, x.shape[-1]).contiguous()
     m, k = x2d.shape
-    if gran in ("rowwise", "blockwise") and k % BLOCK_LEN:
+    group = MX_BLOCK_LEN if gran == "mxfp8" else BLOCK_LEN
+    if gran in ("rowwise", "blockwise", "mxfp8") and k % group:
         return None
     int_dtype, mask, inf_bits = _BITS[x.dtype]
     bits, fmt = x2d.view(int_dtype), spec.format
@@ -97,11 +99,11 @@ def quantize_chunked(x: torch.Tensor, spec: FP8Spec) -> tuple[torch.Tensor, torc
         if int(amax_bits.max()) >= inf_bits:
             return None
         amax = _bits_to_float(amax_bits, x.dtype)
-        scale, scale_inv = scale_from_amax(amax, fmt.max, pow2=spec.pow2, eps=spec.amax_epsilon)
+        scale, scale_inv = scales_for(amax, fmt.max, spec.scale, eps=spec.amax_epsilon)
         scales.append(scale_inv)
         f = f_buf[: r * k].view(r, k)
         f.copy_(chunk)
-        f3 = f.view(r, k // BLOCK_LEN, BLOCK_LEN) if scale.dim() == 3 else f
+        f3 = f.view(r, k // group, group) if scale.dim() == 3 else f
         f3.mul_(scale)
         if fmt.name != "e4m3":  # torch saturates E4M3 itself; E5M2 would overflow to inf
             f.clamp_(-fmt.max, fmt.max)
@@ -116,5 +118,5 @@ def _collect_scales(scales: list[torch.Tensor], shape: torch.Size, gran: str) ->
         return torch.cat([s.reshape(1, -1) for s in scales], 0)
     if gran == "per_channel":
         return torch.cat([s.reshape(-1, 1) for s in scales], 0).reshape(*shape[:-1], 1)
-    kb = math.ceil(shape[-1] / BLOCK_LEN)
+    kb = math.ceil(shape[-1] / (MX_BLOCK_LEN if gran == "mxfp8" else BLOCK_LEN))
     return torch.cat([s.reshape(-1, kb) for s in scales], 0).reshape(*shape[:-1], kb)

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from nemo_fp8_rl.fp8.fast import quantize_chunked
 from nemo_fp8_rl.fp8.formats import cast_to_fp8
-from nemo_fp8_rl.fp8.scaling import scale_from_amax
+from nemo_fp8_rl.fp8.scaling import scales_for
 from nemo_fp8_rl.fp8.spec import FP8Spec
 
 NonFinite = Literal["raise", "saturate"]
@@ -52,8 +52,8 @@ def scale_inv_shape(shape: tuple[int, ...] | torch.Size, spec: FP8Spec) -> tuple
         return ()
     if spec.granularity == "per_channel":
         return (*shape[:-1], 1)
-    if spec.granularity == "rowwise":
-        return (*shape[:-1], math.ceil(shape[-1] / 128))
+    if spec.granularity in ("rowwise", "mxfp8"):
+        return (*shape[:-1], math.ceil(shape[-1] / spec.block_shape(1, shape[-1])[1]))
     return (math.ceil(shape[0] / 128), math.ceil(shape[1] / 128))
 
 
@@ -63,7 +63,7 @@ def _check_shape(shape: tuple[int, ...], spec: FP8Spec, what: str) -> None:
             f"{what}: blockwise (128x128) quantization needs a 2-D (out, in) weight, got shape "
             f"{list(shape)}; use granularity='rowwise' for activations of any rank"
         )
-    if spec.granularity in ("rowwise", "per_channel") and len(shape) == 0:
+    if spec.granularity in ("rowwise", "per_channel", "mxfp8") and len(shape) == 0:
         raise ValueError(
             f"{what}: {spec.granularity} quantization needs at least 1 dim, got a scalar"
         )
@@ -172,7 +172,7 @@ def quantize_tiles(
         amax = torch.zeros(tiles.shape[0], tiles.shape[2], dtype=torch.float32, device=x.device)
     else:
         amax = _tile_amax(tiles, ignore_nan=bad > 0)
-    scale, scale_inv = scale_from_amax(amax, fmt.max, pow2=spec.pow2, eps=spec.amax_epsilon)
+    scale, scale_inv = scales_for(amax, fmt.max, spec.scale, eps=spec.amax_epsilon)
     q_tiles = cast_to_fp8(tiles.to(torch.float32) * scale[:, None, :, None], fmt)
     m, k = x2d.shape
     q = q_tiles.reshape(tiles.shape[0] * rows, -1)[:m, :k].reshape(x.shape)

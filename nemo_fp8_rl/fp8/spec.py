@@ -8,9 +8,11 @@ Granularities (block shapes over the tensor viewed as `(M, K)`, K = last dim, M 
 | per_channel | 1 x K (one per output row) | `(*lead, 1)` | compressed-tensors `strategy: channel` |
 | rowwise | 1 x 128 along K | `(*lead, ceil(K/128))` | TE blockwise activations/grads, vLLM `GroupShape(1,128)` |
 | blockwise | 128 x 128 (2-D only) | `(ceil(M/128), ceil(K/128))` | TE blockwise weights, vLLM `weight_block_size [128,128]` |
+| mxfp8 | 1 x 32 along K | `(*lead, ceil(K/32))` | TE `MXFP8BlockScaling` (E8M0 scales) |
 
 Scale kinds: `fp32` (scale = fp8_max / amax) or `pow2` (that scale rounded down to a power of 2
-by zeroing its mantissa, TE's default for `Float8BlockScaling`).
+by zeroing its mantissa, TE's default for `Float8BlockScaling`); `mxfp8` always uses `e8m0`
+(a power of two rounded *up* from amax / fp8_max, see `scaling.e8m0_scale_from_amax`).
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from typing import Literal
 
 from nemo_fp8_rl.fp8.formats import FP8Format, get_format
 
-Granularity = Literal["tensorwise", "per_channel", "rowwise", "blockwise"]
-ScaleKind = Literal["fp32", "pow2"]
+Granularity = Literal["tensorwise", "per_channel", "rowwise", "blockwise", "mxfp8"]
+ScaleKind = Literal["fp32", "pow2", "e8m0"]
 BLOCK_LEN = 128
-_GRANULARITIES = ("tensorwise", "per_channel", "rowwise", "blockwise")
-_SCALES = ("fp32", "pow2")
+MX_BLOCK_LEN = 32
+_GRANULARITIES = ("tensorwise", "per_channel", "rowwise", "blockwise", "mxfp8")
+_SCALES = ("fp32", "pow2", "e8m0")
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,11 @@ class FP8Spec:
             )
         if self.scale not in _SCALES:
             raise ValueError(f"unknown FP8 scale kind {self.scale!r}: use one of {list(_SCALES)}")
+        if (self.granularity == "mxfp8") != (self.scale == "e8m0"):
+            raise ValueError(
+                f"scale={self.scale!r} with granularity={self.granularity!r}: MXFP8 (1x32 blocks) "
+                "uses E8M0 scales and E8M0 scales only MXFP8; use FP8Spec.preset('mxfp8')"
+            )
         if not self.amax_epsilon >= 0.0:
             raise ValueError(f"amax_epsilon must be >= 0, got {self.amax_epsilon}")
 
@@ -69,12 +77,15 @@ class FP8Spec:
             return 1, max(k, 1)
         if self.granularity == "rowwise":
             return 1, BLOCK_LEN
+        if self.granularity == "mxfp8":
+            return 1, MX_BLOCK_LEN
         return BLOCK_LEN, BLOCK_LEN
 
     @classmethod
     def preset(cls, name: str) -> FP8Spec:
-        """A named spec: `blockwise`, `blockwise_pow2`, `tensorwise`, `rowwise`, `per_channel`,
-        `e5m2_rowwise` (gradients in the HYBRID format). All E4M3 with FP32 scales unless named."""
+        """A named spec: `blockwise`, `blockwise_pow2`, `tensorwise`, `rowwise`, `rowwise_pow2`,
+        `per_channel`, `mxfp8`, `e5m2_rowwise` (gradients in the HYBRID format). All E4M3 with
+        FP32 scales unless named."""
         try:
             return PRESETS[name]
         except KeyError:
@@ -89,4 +100,5 @@ PRESETS: dict[str, FP8Spec] = {
     "rowwise_pow2": FP8Spec("e4m3", "rowwise", "pow2"),
     "per_channel": FP8Spec("e4m3", "per_channel", "fp32"),
     "e5m2_rowwise": FP8Spec("e5m2", "rowwise", "fp32"),
+    "mxfp8": FP8Spec("e4m3", "mxfp8", "e8m0"),
 }
