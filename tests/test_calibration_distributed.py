@@ -43,7 +43,10 @@ def worker(rank: int, init_file: str, out: dict) -> None:
     for part in (slice(0, half), slice(half, None)):  # two micro-batches
         cal.observe(**{k: v[part] for k, v in data.items()})
     metrics = cal.update(0, gather=all_gather_rows)
-    out[rank] = (cal.bounds, metrics["calib_alpha"], metrics["calib_n_neg"])
+    if rank == 0:  # next calibration step: rank 1 has no tokens at all
+        cal.observe(**shard(5))
+    again = cal.update(20, gather=all_gather_rows)
+    out[rank] = (cal.bounds, metrics["calib_alpha"], metrics["calib_n_neg"], again["calib_n_neg"])
     dist.destroy_process_group()
 
 
@@ -56,6 +59,13 @@ def test_ranks_agree_with_single_process_over_all_tokens(tmp_path) -> None:
     for rank in range(WORLD):
         single.observe(**shard(rank))
     metrics = single.update(0)
-    assert out[0] == out[1]
-    assert out[0] == (single.bounds, metrics["calib_alpha"], metrics["calib_n_neg"])
     assert single.bounds != (0.8, 1.2)
+    single.observe(**shard(5))
+    again = single.update(20)
+    assert out[0] == out[1]
+    assert out[0] == (
+        single.bounds,
+        metrics["calib_alpha"],
+        metrics["calib_n_neg"],
+        again["calib_n_neg"],
+    )

@@ -109,6 +109,7 @@ class Calibrator:
         self.updates_per_step: int | None = None
         self._chunks: list[torch.Tensor] = []
         self._prob_sums: torch.Tensor | None = None
+        self._device = torch.device("cpu")  # where observed statistics live (for `gather`)
 
     # ---- schedule -------------------------------------------------------------------------
     @property
@@ -172,6 +173,7 @@ class Calibrator:
         )
         rows = torch.stack([s.fp8_ratio, s.bf16_ratio, s.advantages, s.weights], dim=1)
         self._chunks.append(rows)
+        self._device = rows.device
         if (fp8_logprobs is None) != (bf16_logprobs is None):
             raise ValueError("observe: pass both fp8_logprobs and bf16_logprobs, or neither")
         sums = fp8_ratio.new_zeros(3, dtype=torch.float64)
@@ -188,10 +190,9 @@ class Calibrator:
 
     def _pooled(self, gather: Gather | None) -> tuple[Samples, torch.Tensor]:
         """All observed rows (and prob-error sums) pooled over ranks; clears the buffer."""
-        rows = torch.cat(self._chunks) if self._chunks else torch.zeros(0, 4, dtype=torch.float64)
-        sums = (
-            self._prob_sums if self._prob_sums is not None else torch.zeros(3, dtype=torch.float64)
-        )
+        empty = {"dtype": torch.float64, "device": self._device}  # a rank may observe nothing
+        rows = torch.cat(self._chunks) if self._chunks else torch.zeros(0, 4, **empty)
+        sums = self._prob_sums if self._prob_sums is not None else torch.zeros(3, **empty)
         self._chunks, self._prob_sums = [], None
         if gather is not None:
             rows = gather(rows)
