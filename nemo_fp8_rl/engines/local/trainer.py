@@ -77,6 +77,8 @@ class Trainer:
         With calibration on this is exactly `calibrator.is_calibration_step(step)`; with it off
         the same schedule still yields the FP8-vs-BF16 diagnostics (nothing feeds the bounds).
         """
+        if self.loss_fn.calibrator is not None:
+            return self.loss_fn.calibrator.is_calibration_step(step)
         if not self.precision.fp8:
             return False
         return step >= self.shadow_start and (step - self.shadow_start) % self.shadow_interval == 0
@@ -114,9 +116,10 @@ class Trainer:
             with self.precision.shadow(self.model):
                 batch["bf16_prev_logprobs"], _ = self._score(batch)
             timing["shadow"] += time.perf_counter() - t1
-        t2 = time.perf_counter()
+        t2, shadow_before = time.perf_counter(), timing["shadow"]
         steps, shadow_rows = self._optimise(batch, shadow, timing)
-        timing["policy_training"] = time.perf_counter() - t2 - timing["shadow"]
+        in_loop_shadow = timing["shadow"] - shadow_before
+        timing["policy_training"] = time.perf_counter() - t2 - in_loop_shadow
         metrics.update(steps)
         metrics.update(self._finish_calibration(step, shadow_rows))
         if self.precision.kv_fp8:
