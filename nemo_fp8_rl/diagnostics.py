@@ -16,12 +16,14 @@ from dataclasses import dataclass, field
 import torch
 
 _EPS = 1e-8
+Tensor = torch.Tensor
+Normalizer = torch.Tensor | float | None
 
 
 def masked_mean(
     values: torch.Tensor,
     mask: torch.Tensor,
-    normalizer: torch.Tensor | float | None = None,
+    normalizer: Normalizer = None,
     dim: int | None = None,
 ) -> torch.Tensor:
     """`Σ(values·mask) / (normalizer + 1e-8)`; normalizer defaults to `Σ mask` (NeMo RL's rule)."""
@@ -67,7 +69,7 @@ def kl_estimate(
 
 # ---- train vs generation mismatch (NeMo RL names) ---------------------------------------------
 def token_mult_prob_error(
-    gen_lp: torch.Tensor, prev_lp: torch.Tensor, mask: torch.Tensor, normalizer=None
+    gen_lp: torch.Tensor, prev_lp: torch.Tensor, mask: torch.Tensor, normalizer: Normalizer = None
 ) -> float:
     """`mean_M exp(|lp_gen − lp_prev|)`; 1.0 is a perfect match (NeMo RL: investigate > 1.03-1.05)."""
     return float(masked_mean(torch.exp((gen_lp - prev_lp).abs() * mask), mask, normalizer))
@@ -77,7 +79,7 @@ def gen_kl_error(
     gen_lp: torch.Tensor,
     prev_lp: torch.Tensor,
     mask: torch.Tensor,
-    normalizer=None,
+    normalizer: Normalizer = None,
     kl_type: str = "k3",
 ) -> float:
     """KL(P_gen ‖ P_train) estimated on generated tokens: k3 of `lp_prev − lp_gen` (good: < 1e-3)."""
@@ -88,7 +90,7 @@ def policy_kl_error(
     gen_lp: torch.Tensor,
     prev_lp: torch.Tensor,
     mask: torch.Tensor,
-    normalizer=None,
+    normalizer: Normalizer = None,
     kl_type: str = "k3",
 ) -> float:
     """KL(P_train ‖ P_gen) estimate: k3 of `lp_gen − lp_prev`."""
@@ -96,7 +98,7 @@ def policy_kl_error(
 
 
 def js_divergence_error(
-    gen_lp: torch.Tensor, prev_lp: torch.Tensor, mask: torch.Tensor, normalizer=None
+    gen_lp: torch.Tensor, prev_lp: torch.Tensor, mask: torch.Tensor, normalizer: Normalizer = None
 ) -> float:
     """Per-token JSD estimate: ½k3(P_train ‖ M) + ½k3(P_gen ‖ M), `M = ½(p_train + p_gen)`."""
     log_mix = torch.log(0.5 * prev_lp.exp() + 0.5 * gen_lp.exp())
@@ -127,7 +129,9 @@ def ratio_nmae(fp8_ratio: torch.Tensor, bf16_ratio: torch.Tensor, mask: torch.Te
     )
 
 
-def ratio_amplification(fp8_ratio, bf16_ratio, fp8_lp, bf16_lp, mask) -> float:
+def ratio_amplification(
+    fp8_ratio: Tensor, bf16_ratio: Tensor, fp8_lp: Tensor, bf16_lp: Tensor, mask: Tensor
+) -> float:
     """`NMAE_r / NMAE_p` (paper: 1.7-2.9x; ≈ √2 if the two passes' errors were independent)."""
     return ratio_nmae(fp8_ratio, bf16_ratio, mask) / prob_nmae(fp8_lp, bf16_lp, mask)
 
@@ -181,7 +185,12 @@ def clip_fractions(
 
 
 def overclip_mask(
-    fp8_ratio, bf16_ratio, advantages, low: float, high: float, dual_c: float | None = None
+    fp8_ratio: Tensor,
+    bf16_ratio: Tensor,
+    advantages: Tensor,
+    low: float,
+    high: float,
+    dual_c: float | None = None,
 ) -> torch.Tensor:
     """`O = clipped(r̃; L0, H0) ∧ ¬clipped(r; L0, H0)`: tokens zeroed only because of FP8 noise."""
     fp8 = clip_masks(fp8_ratio, advantages, low, high, dual_c)["any"]
@@ -190,7 +199,13 @@ def overclip_mask(
 
 
 def overclip_stats(
-    fp8_ratio, bf16_ratio, advantages, mask, low: float, high: float, dual_c: float | None = None
+    fp8_ratio: Tensor,
+    bf16_ratio: Tensor,
+    advantages: Tensor,
+    mask: Tensor | None,
+    low: float,
+    high: float,
+    dual_c: float | None = None,
 ) -> dict[str, float]:
     """`overclip_frac = |O|/|M|`, `overclip_low_share = |O ∩ M⁻|/|O|` (paper ≈ 70 %),
     `clip_ratio_fp8_vs_bf16` = FP8 over BF16 clipped-token count at nominal bounds (paper ≈ 4x)."""
@@ -207,11 +222,11 @@ def overclip_stats(
 
 
 def overclip_high_entropy_share(
-    fp8_ratio,
-    bf16_ratio,
-    advantages,
-    mask,
-    token_entropy,
+    fp8_ratio: Tensor,
+    bf16_ratio: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    token_entropy: Tensor,
     low: float,
     high: float,
     dual_c: float | None = None,

@@ -29,6 +29,9 @@ from nemo_fp8_rl import diagnostics as diag
 from nemo_fp8_rl.calibration import Calibrator
 from nemo_fp8_rl.loss.config import LossInputType, LossType, MetricNormalizer, PGLossConfig
 
+T = torch.Tensor
+Data = Mapping[str, torch.Tensor]
+
 
 def derive_sign_fractions(metrics: Mapping[str, float]) -> dict[str, float]:
     """From summed loss metrics, the per-sign clip fractions (`clip_lower_frac_neg`, …).
@@ -170,8 +173,8 @@ class CalibratedClippedPGLoss:
         return loss
 
     def _is_weights(
-        self, prev, gen, mask, token_mask, sample_mask, gs, gt
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+        self, prev: T, gen: T, mask: T, token_mask: T, sample_mask: T, gs: T, gt: T
+    ) -> tuple[T, dict[str, float]]:
         """Off-policy weights `exp(lp_prev − lp_gen)` (per token, or per sequence for GSPO), NaN/inf → 0,
         then TIS truncation / IcePop masking / sequence masking; returns (weights, is_oob metric)."""
         cfg = self.cfg
@@ -201,13 +204,15 @@ class CalibratedClippedPGLoss:
         oob = diag.masked_mean(1.0 - keep, sample_mask, gs)
         return w * keep.unsqueeze(-1), {"is_oob_ratio": float(oob)}
 
-    def _reduce(self, values, mask, token_mask, sample_mask, gs, gt) -> torch.Tensor:
+    def _reduce(self, values: T, mask: T, token_mask: T, sample_mask: T, gs: T, gt: T) -> T:
         """Token level: `Σ_M v / gt`; sequence level: `Σ_i s_i·mean_t v / gs`."""
         if self.loss_type == LossType.TOKEN_LEVEL:
             return diag.masked_mean(values, mask, gt)
         return diag.masked_mean(diag.masked_mean(values, token_mask, dim=-1), sample_mask, gs)
 
-    def _kl(self, data, curr, gen, mask, token_mask, sample_mask, gs, gt) -> torch.Tensor:
+    def _kl(
+        self, data: Data, curr: T, gen: T, mask: T, token_mask: T, sample_mask: T, gs: T, gt: T
+    ) -> T:
         """`β · KL_type(π_θ ‖ π_ref)` with input/output clamps, weighted by `exp(lp − sg(lp))`
         (value 1, keeps the score-function gradient) or by `exp(lp − lp_gen)` on-policy."""
         beta = self.reference_policy_kl_penalty
@@ -231,7 +236,7 @@ class CalibratedClippedPGLoss:
         )
         return self._reduce(kl, mask, token_mask, sample_mask, gs, gt)
 
-    def _nll(self, data, curr, mask) -> torch.Tensor:
+    def _nll(self, data: Data, curr: T, mask: T) -> T:
         """VAPO positive-example NLL: mean of −lp over tokens of samples with reward > 0 (local mean)."""
         if self.cfg.positive_example_nll_weight <= 0 or "rewards" not in data:
             return torch.tensor(0.0, device=mask.device)
@@ -283,7 +288,8 @@ class CalibratedClippedPGLoss:
             self._observe(data, curr.detach(), prev, adv, mask, use_w, token_mask)
         return loss, metrics
 
-    def _mismatch_metrics(self, gen, prev, mask, gt) -> dict[str, float]:
+    def _mismatch_metrics(self, gen: T, prev: T, mask: T, gt: T) -> dict[str, float]:
+        """NeMo RL's train-vs-generation metrics (token means over the global count)."""
         kl_type = self.cfg.reference_policy_kl_type
         return {
             "token_mult_prob_error": diag.token_mult_prob_error(gen, prev, mask, gt),
@@ -293,7 +299,7 @@ class CalibratedClippedPGLoss:
         }
 
     @staticmethod
-    def _ratio_metrics(r, r_clamped, mask, gt) -> dict[str, float]:
+    def _ratio_metrics(r: T, r_clamped: T, mask: T, gt: T) -> dict[str, float]:
         """Mean ratio (÷ global tokens) and extremes over valid tokens (±inf when there are none)."""
         valid = mask.bool()
 
@@ -310,7 +316,7 @@ class CalibratedClippedPGLoss:
             "probs_ratio_clamped_max": extreme(r_clamped, torch.max, -inf),
         }
 
-    def _clip_metrics(self, r, adv, mask, gt) -> dict[str, float]:
+    def _clip_metrics(self, r: T, adv: T, mask: T, gt: T) -> dict[str, float]:
         """Token shares (÷ global valid tokens, summable) of clipped tokens by cause and of each sign."""
         if self.cfg.disable_ppo_ratio or self.cfg.use_cispo:
             return {}
@@ -332,7 +338,9 @@ class CalibratedClippedPGLoss:
             "calib_high": high * local_share,
         }
 
-    def _observe(self, data, curr, prev, adv, mask, is_w, token_mask) -> None:
+    def _observe(
+        self, data: Data, curr: T, prev: T, adv: T, mask: T, is_w: T, token_mask: T
+    ) -> None:
         """On calibration steps (shadow BF16 keys present) feed this micro-batch to the calibrator."""
         has = [k in data for k in ("bf16_prev_logprobs", "bf16_curr_logprobs")]
         if self.calibrator is None or not any(has):
