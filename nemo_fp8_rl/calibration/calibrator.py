@@ -219,12 +219,13 @@ class Calibrator:
             return self._bounds_metrics()
         samples, sums = self._pooled(gather)
         metrics = self._statistics(samples, sums)
-        metrics.update(self._move_bounds(samples, step, metrics))
+        metrics.update(self._move_bounds(samples, metrics))
         self.last_calibration_step = step
         self.history.append({"step": float(step), **metrics})
         return metrics
 
     def _bounds_metrics(self) -> dict[str, float]:
+        """Bounds in force, and the update regime when known."""
         low, high = self.bounds
         out = {"calib_low": low, "calib_high": high}
         if self.updates_per_step is not None:
@@ -264,7 +265,7 @@ class Calibrator:
         m.update(overclip_stats(s.fp8_ratio, s.bf16_ratio, s.advantages, None, l0, h0, self.dual_c))
         return m
 
-    def _move_bounds(self, s: Samples, step: int, stats: dict[str, float]) -> dict[str, float]:
+    def _move_bounds(self, s: Samples, stats: dict[str, float]) -> dict[str, float]:
         """Targets (L*, H*), then EMA + rate limit + absolute limits; skips when too few tokens."""
         cfg, (l0, h0), (low, high) = self.cfg, self.nominal, self.bounds
         n_neg, n_pos = int(stats["calib_n_neg"]), int(stats["calib_n_pos"])
