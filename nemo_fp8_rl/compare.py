@@ -339,15 +339,16 @@ def speedup(reference: RunData, run: RunData) -> float:
 def accuracy_gap(reference: RunData, run: RunData) -> tuple[float, str, int] | None:
     """Points (x100) by which `run` is above `reference`, on the last step both logged.
 
-    Validation accuracy at the last common validation step; without it, the mean reward of the
-    last `TAIL_STEPS` common steps. Returns (points, what was compared, step), or None.
+    Validation accuracy at the last common validation step after step 0 (step 0 is the policy
+    before any GRPO step, the same in a fair pair); without one, the mean reward of the last
+    `TAIL_STEPS` common steps. Returns (points, what was compared, step), or None.
     """
     for metric, label in (
         ("validation/accuracy", "validation accuracy"),
         ("train/reward", "reward"),
     ):
         steps, table = align([reference, run], metric)
-        both = np.flatnonzero(np.isfinite(table).all(axis=0))
+        both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
         if both.size:
             picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
             gap = np.mean(table[1, picked]) - np.mean(table[0, picked])

@@ -458,3 +458,16 @@ def test_event_files_of_two_launches_are_merged_with_a_note(tmp_path):
     )  # resumed launch wins
     assert any("merged event files from 2 folders" in n for n in run.notes)
     assert load_run(tmp_path / "logs" / "exp_001").notes == []
+
+
+def test_validation_at_step_zero_only_falls_back_to_reward(tmp_path):
+    dirs = []
+    for name, accuracy, rewards in (("a", 0.1, [0.2, 0.3, 0.4]), ("b", 0.5, [0.2, 0.3, 0.7])):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        lines = [{"step": 0, "validation/accuracy": accuracy}]
+        lines += [{"step": s, "train/reward": r} for s, r in enumerate(rewards, start=1)]
+        (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+        dirs.append(load_run(run_dir))
+    (line,) = compare_runs(dirs).verdicts
+    assert "10.0 points above a (reward, step 3)" in line  # mean over 3 steps: 0.4 vs 0.3
