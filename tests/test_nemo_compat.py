@@ -91,7 +91,9 @@ class _RecordingLogger:
 def test_metrics_tee_writes_nemo_rl_names_per_call(tmp_path) -> None:
     inner = _RecordingLogger()
     tee = MetricsTee(inner, tmp_path / "metrics.jsonl")
-    tee.log_metrics({"loss": 0.5, "calib_low": torch.tensor(0.8), "text": "x", "arr": [1, 2]}, 3, prefix="train")
+    tee.log_metrics(
+        {"loss": 0.5, "calib_low": torch.tensor(0.8), "text": "x", "arr": [1, 2]}, 3, prefix="train"
+    )
     tee.log_metrics({"total_step_time": 2.0, "nan": math.nan}, 3, prefix="timing/train")
     tee.log_metrics({"accuracy": 0.25}, 4, "validation")
     assert len(inner.calls) == 3 and inner.calls[0][2] == "train"
@@ -100,11 +102,16 @@ def test_metrics_tee_writes_nemo_rl_names_per_call(tmp_path) -> None:
     assert notes == []
     assert rows[3]["train/loss"] == 0.5 and rows[3]["train/calib_low"] == pytest.approx(0.8)
     assert "train/text" not in rows[3] and "train/arr" not in rows[3]
-    assert rows[3]["timing/train/total_step_time"] == 2.0 and math.isnan(rows[3]["timing/train/nan"])
+    assert rows[3]["timing/train/total_step_time"] == 2.0 and math.isnan(
+        rows[3]["timing/train/nan"]
+    )
     assert rows[4] == {"validation/accuracy": 0.25}
     first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
     assert first["step"] == 3
 
 
 def test_flatten_nested_metrics() -> None:
-    assert flatten_metrics({"a": {"b": 1, "c": {"d": 2.5}}}, "train") == {"train/a/b": 1.0, "train/a/c/d": 2.5}
+    assert flatten_metrics({"a": {"b": 1, "c": {"d": 2.5}}}, "train") == {
+        "train/a/b": 1.0,
+        "train/a/c/d": 2.5,
+    }

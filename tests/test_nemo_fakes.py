@@ -69,8 +69,15 @@ class FakeNemoPolicy:
         share = (hi - lo) // self.dp
         return [(lo + r * share, lo + (r + 1) * share) for r in range(self.dp)]
 
-    def train(self, data: Any, loss_fn: Any, eval_mode: bool = False, gbs: int | None = None,
-              mbs: int | None = None, timer: Any = None) -> dict[str, Any]:
+    def train(
+        self,
+        data: Any,
+        loss_fn: Any,
+        eval_mode: bool = False,
+        gbs: int | None = None,
+        mbs: int | None = None,
+        timer: Any = None,
+    ) -> dict[str, Any]:
         self.calls.append(("train", eval_mode, int(data["input_ids"].shape[0])))
         if not eval_mode:
             self.train_sizes.append(int(data["input_ids"].shape[0]))
@@ -96,7 +103,10 @@ class FakeNemoPolicy:
                         loss.backward()
                     total += float(loss.detach())
                     per_rank[r].append(
-                        {k: (v if ("_min" in k or "_max" in k) else v / num_gb) for k, v in metrics.items()}
+                        {
+                            k: (v if ("_min" in k or "_max" in k) else v / num_gb)
+                            for k, v in metrics.items()
+                        }
                     )
             losses.append(total)
             if not eval_mode:
@@ -106,8 +116,11 @@ class FakeNemoPolicy:
             for m in rank_metrics:
                 for k, v in m.items():
                     merged.setdefault(k, []).append(v)
-        return {"loss": torch.tensor(losses), "grad_norm": torch.tensor([float(grad_norm)]),
-                "all_mb_metrics": merged}
+        return {
+            "loss": torch.tensor(losses),
+            "grad_norm": torch.tensor([float(grad_norm)]),
+            "all_mb_metrics": merged,
+        }
 
     def _step(self) -> torch.Tensor:
         with torch.no_grad():
@@ -117,16 +130,22 @@ class FakeNemoPolicy:
                 p.grad = None
         return norm
 
-    def save_checkpoint(self, weights_path: str, optimizer_path: str | None = None,
-                        tokenizer_path: str | None = None, **kwargs: Any) -> None:
+    def save_checkpoint(
+        self,
+        weights_path: str,
+        optimizer_path: str | None = None,
+        tokenizer_path: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.saved.append(weights_path)
 
     def offload_after_refit(self) -> str:  # any other Policy method: passed through untouched
         return "offloaded"
 
 
-def make_batch(policy: FakeNemoPolicy, rows: int = 32, seq: int = 10, prompt: int = 3,
-               seed: int = 1) -> Any:
+def make_batch(
+    policy: FakeNemoPolicy, rows: int = 32, seq: int = 10, prompt: int = 3, seed: int = 1
+) -> Any:
     """A rollout batch as `grpo_train` hands it to `policy.train` (prev log-probs from FP8)."""
     gen = torch.Generator().manual_seed(seed)
     input_ids = torch.randint(0, VOCAB, (rows, seq), generator=gen)
@@ -135,7 +154,9 @@ def make_batch(policy: FakeNemoPolicy, rows: int = 32, seq: int = 10, prompt: in
     lengths = torch.randint(seq - 3, seq + 1, (rows,), generator=gen)
     for i, n in enumerate(lengths.tolist()):
         token_mask[i, n:] = 0.0
-    adv = torch.where(torch.arange(rows) % 2 == 0, 1.0, -1.0) * (0.5 + torch.rand(rows, generator=gen))
+    adv = torch.where(torch.arange(rows) % 2 == 0, 1.0, -1.0) * (
+        0.5 + torch.rand(rows, generator=gen)
+    )
     batch = Batch(
         {
             "input_ids": input_ids,

@@ -41,7 +41,10 @@ def _batch(rows: int = 6, seq: int = 7, seed: int = 0, shadow: bool = True) -> d
     mask[0, 5:] = 0
     data = {
         "input_ids": torch.randint(0, 50, (rows, seq), generator=g),
-        "advantages": torch.where(torch.arange(rows) % 2 == 0, 1.0, -1.0).unsqueeze(1).expand(rows, seq).clone(),
+        "advantages": torch.where(torch.arange(rows) % 2 == 0, 1.0, -1.0)
+        .unsqueeze(1)
+        .expand(rows, seq)
+        .clone(),
         "prev_logprobs": prev,
         "generation_logprobs": prev + 0.05 * torch.randn(rows, seq, generator=g),
         "reference_policy_logprobs": prev.clone(),
@@ -56,18 +59,29 @@ def _batch(rows: int = 6, seq: int = 7, seed: int = 0, shadow: bool = True) -> d
 
 def _curr(data: dict, seed: int = 3) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
-    return (data["prev_logprobs"][:, 1:] + 0.3 * torch.randn(data["prev_logprobs"][:, 1:].shape, generator=g)).requires_grad_()
+    return (
+        data["prev_logprobs"][:, 1:]
+        + 0.3 * torch.randn(data["prev_logprobs"][:, 1:].shape, generator=g)
+    ).requires_grad_()
 
 
 def _call(loss, data, curr):
     mask = data["token_mask"][:, 1:] * data["sample_mask"].unsqueeze(-1)
-    return loss(next_token_logprobs=curr, data=data, global_valid_seqs=data["sample_mask"].sum(), global_valid_toks=mask.sum())
+    return loss(
+        next_token_logprobs=curr,
+        data=data,
+        global_valid_seqs=data["sample_mask"].sum(),
+        global_valid_toks=mask.sum(),
+    )
 
 
 def test_without_shadow_keys_equals_the_project_loss() -> None:
     data, cfg = _batch(shadow=False), _cfg()
     curr = _curr(data)
-    ours, ref = _call(NemoCalibratedLoss(cfg), data, curr), _call(CalibratedClippedPGLoss(cfg), data, curr)
+    ours, ref = (
+        _call(NemoCalibratedLoss(cfg), data, curr),
+        _call(CalibratedClippedPGLoss(cfg), data, curr),
+    )
     torch.testing.assert_close(ours[0], ref[0])
     assert ours[1] == ref[1]
 
@@ -108,7 +122,9 @@ def test_shadow_view_shifts_current_logprobs_and_checks_shapes() -> None:
     torch.testing.assert_close(view[BF16_CURR], data[BF16_CURR][:, 1:])
     assert data[BF16_CURR].shape[1] == 7  # the batch itself is not modified
     data[BF16_CURR] = data[BF16_CURR][:, 1:]
-    with pytest.raises(ValueError, match=r"bf16_curr_logprobs must have the shape of bf16_prev_logprobs"):
+    with pytest.raises(
+        ValueError, match=r"bf16_curr_logprobs must have the shape of bf16_prev_logprobs"
+    ):
         shadow_view(data)
     del data[BF16_PREV]
     with pytest.raises(KeyError, match="needs both"):
@@ -132,9 +148,19 @@ def test_recorder_keeps_only_valid_tokens() -> None:
     cal = Calibrator(CalibrationConfig(enabled=True, min_tokens=1), 0.2, 0.2)
     rec = ObservationRecorder(cal)
     ratio = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
-    rec.observe(fp8_ratio=ratio, bf16_ratio=ratio, advantages=-ratio, weights=None, mask=torch.tensor([[1, 0], [0, 1]]))
+    rec.observe(
+        fp8_ratio=ratio,
+        bf16_ratio=ratio,
+        advantages=-ratio,
+        weights=None,
+        mask=torch.tensor([[1, 0], [0, 1]]),
+    )
     (record,) = rec.recorded.records
-    assert record["fp8_ratio"].tolist() == [1.0, 4.0] and "weights" not in record and "mask" not in record
+    assert (
+        record["fp8_ratio"].tolist() == [1.0, 4.0]
+        and "weights" not in record
+        and "mask" not in record
+    )
     assert rec.bounds == cal.bounds and rec.cfg is cal.cfg
 
 
@@ -161,12 +187,29 @@ def test_pickled_loss_runs_in_a_separate_process_with_only_the_package(tmp_path)
     args = (data, curr.clone().requires_grad_(), data["sample_mask"].sum(), mask.sum())
     (tmp_path / "loss.pkl").write_bytes(pickle.dumps(loss))
     (tmp_path / "args.pkl").write_bytes(pickle.dumps(args))
-    env = {"PATH": os.environ.get("PATH", ""), "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    path = [str(REPO)]
+    if "nemo_rl" in sys.modules:  # the loss then carries NeMo RL's enums, as in a NeMo RL worker
+        path.append(str(Path(sys.modules["nemo_rl"].__path__[0]).parent))
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONPATH": os.pathsep.join(path),
+        "OMP_NUM_THREADS": "1",
+    }
     subprocess.run(
-        [sys.executable, "-c", _CHILD, *(str(tmp_path / f) for f in ("loss.pkl", "args.pkl", "out.pkl"))],
-        check=True, env=env, cwd=tmp_path, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            _CHILD,
+            *(str(tmp_path / f) for f in ("loss.pkl", "args.pkl", "out.pkl")),
+        ],
+        check=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=120,
     )
-    out, metrics, payload, grad, bounds, imported_nemo_rl = pickle.loads((tmp_path / "out.pkl").read_bytes())
+    out, metrics, payload, grad, bounds, imported_nemo_rl = pickle.loads(
+        (tmp_path / "out.pkl").read_bytes()
+    )
     ref_curr = curr.clone().requires_grad_()
     ref_out, ref_metrics = _call(loss, data, ref_curr)
     ref_out.backward()

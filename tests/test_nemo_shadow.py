@@ -72,7 +72,9 @@ def test_in_loop_split_trains_exactly_like_one_call() -> None:
     torch.testing.assert_close(policy.out, ref_policy.out)
     torch.testing.assert_close(results["loss"], plain["loss"])
     for key in ("loss", "clip_frac", "token_mult_prob_error", "calib_low", "calib_high"):
-        assert sum(results["all_mb_metrics"][key]) == pytest.approx(sum(plain["all_mb_metrics"][key]))
+        assert sum(results["all_mb_metrics"][key]) == pytest.approx(
+            sum(plain["all_mb_metrics"][key])
+        )
     assert sum(results["all_mb_metrics"]["calib_low"]) == pytest.approx(0.8)
 
 
@@ -113,7 +115,10 @@ def test_end_of_step_mode_probes_new_weights_without_training_on_them() -> None:
     batch = make_batch(policy, rows=16)
     before = policy.out.detach().clone()
     metrics = _shadow(policy, loss).train(batch, loss)["all_mb_metrics"]
-    assert [c for c in policy.calls if c[0] == "train"] == [("train", False, 16), ("train", True, 16)]
+    assert [c for c in policy.calls if c[0] == "train"] == [
+        ("train", False, 16),
+        ("train", True, 16),
+    ]
     assert _bf16_passes(policy) == [16, 16]
     assert not torch.equal(before, policy.out)
     assert metrics["shadow_tokens"][0] == batch["token_mask"][:, 1:].sum().item()
@@ -152,12 +157,22 @@ def test_save_checkpoint_writes_calibrator_state_into_the_step_folder(tmp_path) 
 
 def test_merge_keeps_extrema_and_means_unscaled() -> None:
     parts = [
-        {"loss": torch.tensor([1.0]), "grad_norm": torch.tensor([3.0]),
-         "all_mb_metrics": {"loss": [1.0], "probs_ratio_min": [0.5], "lr": [1e-4]}},
-        {"loss": torch.tensor([2.0]), "grad_norm": torch.tensor([4.0]),
-         "all_mb_metrics": {"loss": [2.0], "probs_ratio_min": [0.7], "lr": [1e-4]}},
+        {
+            "loss": torch.tensor([1.0]),
+            "grad_norm": torch.tensor([3.0]),
+            "all_mb_metrics": {"loss": [1.0], "probs_ratio_min": [0.5], "lr": [1e-4]},
+        },
+        {
+            "loss": torch.tensor([2.0]),
+            "grad_norm": torch.tensor([4.0]),
+            "all_mb_metrics": {"loss": [2.0], "probs_ratio_min": [0.7], "lr": [1e-4]},
+        },
     ]
     merged = merge_train_results(parts)
     assert merged["loss"].tolist() == [1.0, 2.0]
     assert merged["grad_norm"].tolist() == [4.0]
-    assert merged["all_mb_metrics"] == {"loss": [0.5, 1.0], "probs_ratio_min": [0.5, 0.7], "lr": [1e-4, 1e-4]}
+    assert merged["all_mb_metrics"] == {
+        "loss": [0.5, 1.0],
+        "probs_ratio_min": [0.5, 0.7],
+        "lr": [1e-4, 1e-4],
+    }

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Contract tests against a NeMo RL source tree, on CPU.
+#
+#   scripts/nemo-rl-contract.sh /path/to/nemo-rl [extra pytest args]
+#
+# Builds (once) a Python 3.12 virtual environment with the packages NeMo RL's import chain needs
+# (NeMo RL itself is not installed: its tree goes on PYTHONPATH), then runs the engine's tests
+# (tests/test_nemo_*.py) there with NEMO_RL_SRC set, so the `nemo_rl`-marked contract tests run
+# and the other engine tests use NeMo RL's own BatchedDataDict and loss enums.
+#
+# Environment: NEMO_RL_ENV  where to build the environment (default ~/.cache/nemo-fp8-rl/nemo-rl-env)
+#              PYTHON312    a Python >= 3.12 interpreter (default: python3.12 on PATH, then pyenv's)
+set -euo pipefail
+
+if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
+  echo "usage: $0 /path/to/nemo-rl [pytest args]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
+  exit 2
+fi
+SRC=$(cd "$1" && pwd)
+shift
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
+
+find_python() {
+  if [[ -n "${PYTHON312:-}" ]]; then echo "$PYTHON312"; return; fi
+  if command -v python3.12 >/dev/null; then command -v python3.12; return; fi
+  if command -v pyenv >/dev/null; then
+    local p
+    p=$(ls -d "$(pyenv root)"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V | tail -1)
+    if [[ -n "$p" ]]; then echo "$p"; return; fi
+  fi
+  echo "no Python 3.12 found: set PYTHON312=/path/to/python3.12 (NeMo RL's config classes need >= 3.12)" >&2
+  exit 2
+}
+
+if [[ ! -x "$ENV_DIR/bin/python" ]]; then
+  uv venv --python "$(find_python)" "$ENV_DIR"
+fi
+# NeMo RL's import chain on CPU (reference: importing NeMo RL on a CPU-only machine), plus what
+# this package and its tests import. transformers < 5.12: NeMo RL asserts it at import time.
+VIRTUAL_ENV="$ENV_DIR" uv pip install --quiet \
+  torch pydantic requests pillow "transformers<5.12" ray pyzmq nvidia-ml-py uvicorn fastapi \
+  mlflow swanlab wandb prometheus_client tensorboard hydra-core torchdata datasets soundfile \
+  tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.16.1" pytest hypothesis
+
+echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
+cd "$REPO"
+NEMO_RL_SRC="$SRC" PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \
+  "$ENV_DIR/bin/python" -m pytest -p no:cacheprovider -rs tests/test_nemo_*.py "$@"
