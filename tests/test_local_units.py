@@ -147,3 +147,29 @@ def test_metrics_resume_drops_steps_after_the_checkpoint(tmp_path):
     MetricsLogger(tmp_path, tensorboard=False, completed_steps=0).close()
     assert read_metrics(tmp_path) == []
     assert json.loads(json.dumps(os.fspath(tmp_path)))
+
+
+def test_killing_a_saving_process_never_corrupts_latest(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tmp_path / "ckpt"
+    script = (
+        "import sys, torch\n"
+        "from pathlib import Path\n"
+        "from nemo_fp8_rl.engines.local.checkpoint import save_checkpoint\n"
+        "for step in range(1, 10**6):\n"
+        "    save_checkpoint(Path(sys.argv[1]), step, {'w': torch.full((250_000,), float(step))}, {})\n"
+    )
+    for delay in (0.0, 0.05, 0.2):
+        proc = subprocess.Popen([sys.executable, "-c", script, str(root)])
+        deadline = time.monotonic() + 120
+        while not (root / "latest").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(delay)  # now somewhere inside a later save
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        state, info = ckpt.load_checkpoint(ckpt.latest_checkpoint(root))
+        assert bool((state["w"] == float(info["step"])).all())
