@@ -51,6 +51,46 @@ class Samples:
         return self.advantages > 0
 
 
+def prepare_rows(
+    fp8_ratio: torch.Tensor,
+    bf16_ratio: torch.Tensor,
+    advantages: torch.Tensor,
+    weights: torch.Tensor | None = None,
+    mask: torch.Tensor | None = None,
+    log_ratio_clamp: float = 20.0,
+) -> tuple[torch.Tensor, int]:
+    """Valid tokens as a float64 [n, 4] table (r̃, r, A, w) and the count of dropped ones.
+
+    Flattens, keeps masked-in tokens whose four values are finite, clamps `|log r| ≤
+    log_ratio_clamp` for both ratios. Why: every statistic is over valid tokens only; NaN/inf
+    (a broken forward) are dropped and counted rather than poisoning sorts and sums (ambiguity
+    A19 clamps large ratios as verl does); float64 keeps sums over millions of tokens exact
+    enough for identical results on every rank.
+    """
+    shape = fp8_ratio.shape
+    tensors = {"bf16_ratio": bf16_ratio, "advantages": advantages, "weights": weights, "mask": mask}
+    for name, t in tensors.items():
+        if t is not None and t.shape != shape:
+            raise ValueError(
+                f"calibration samples: `{name}` has shape {tuple(t.shape)} but `fp8_ratio` has "
+                f"{tuple(shape)}; pass tensors over the same tokens (same [B, S] slice)"
+            )
+    w = torch.ones_like(fp8_ratio) if weights is None else weights
+    cols = [fp8_ratio, bf16_ratio, advantages, w]
+    table = torch.stack([c.detach().reshape(-1) for c in cols], dim=1)  # one pass over memory
+    finite = torch.isfinite(table).all(dim=1)
+    valid = torch.ones_like(finite) if mask is None else mask.reshape(-1) > 0
+    dropped = int((valid & ~finite).sum())
+    rows = table[valid & finite].to(torch.float64)
+    rows[:, :2].clamp_(math.exp(-log_ratio_clamp), math.exp(log_ratio_clamp))
+    return rows, dropped
+
+
+def samples_from_rows(rows: torch.Tensor, num_dropped_nonfinite: int = 0) -> Samples:
+    """`Samples` viewing the columns of a [n, 4] (r̃, r, A, w) table."""
+    return Samples(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], num_dropped_nonfinite)
+
+
 def prepare_samples(
     fp8_ratio: torch.Tensor,
     bf16_ratio: torch.Tensor,
@@ -59,41 +99,9 @@ def prepare_samples(
     mask: torch.Tensor | None = None,
     log_ratio_clamp: float = 20.0,
 ) -> Samples:
-    """Flatten, keep masked-in tokens with finite ratios, clamp `|log r| ≤ log_ratio_clamp`.
-
-    Why: every statistic below is over valid tokens only; NaN/inf ratios (a broken forward) are
-    dropped and counted rather than poisoning sorts and sums (ambiguity A19 clamps large ratios
-    as verl does). Computation is in float64 so that sums over millions of tokens are exact
-    enough for identical results on every rank.
-    """
-    shape = fp8_ratio.shape
-    tensors = {"bf16_ratio": bf16_ratio, "advantages": advantages}
-    if weights is not None:
-        tensors["weights"] = weights
-    if mask is not None:
-        tensors["mask"] = mask
-    for name, t in tensors.items():
-        if t.shape != shape:
-            raise ValueError(
-                f"calibration samples: `{name}` has shape {tuple(t.shape)} but `fp8_ratio` has "
-                f"{tuple(shape)}; pass tensors over the same tokens (same [B, S] slice)"
-            )
-    cols = [fp8_ratio, bf16_ratio, advantages] + ([] if weights is None else [weights])
-    table = torch.stack([c.detach().reshape(-1) for c in cols], dim=1)  # [n, 3 or 4], one pass
-    keep = torch.ones(table.shape[0], dtype=torch.bool, device=table.device)
-    if mask is not None:
-        keep = mask.reshape(-1) > 0
-    finite = torch.isfinite(table).all(dim=1)
-    dropped = int((keep & ~finite).sum())
-    rows = table[keep & finite].to(torch.float64)
-    lo, hi = math.exp(-log_ratio_clamp), math.exp(log_ratio_clamp)
-    return Samples(
-        fp8_ratio=rows[:, 0].clamp(lo, hi),
-        bf16_ratio=rows[:, 1].clamp(lo, hi),
-        advantages=rows[:, 2],
-        weights=rows[:, 3] if weights is not None else torch.ones_like(rows[:, 0]),
-        num_dropped_nonfinite=dropped,
-    )
+    """`Samples` of the valid tokens (see `prepare_rows`); weights default to 1."""
+    rows, dropped = prepare_rows(fp8_ratio, bf16_ratio, advantages, weights, mask, log_ratio_clamp)
+    return samples_from_rows(rows, dropped)
 
 
 def inverted_cdf_quantile(values: torch.Tensor, q: float) -> float:

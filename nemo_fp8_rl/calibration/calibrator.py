@@ -21,7 +21,8 @@ from nemo_fp8_rl.calibration.bounds import (
     Samples,
     lower_clip_fraction,
     lower_target,
-    prepare_samples,
+    prepare_rows,
+    samples_from_rows,
     smooth_and_cap,
     update_balance,
     upper_target,
@@ -168,16 +169,15 @@ class Calibrator:
         (default 1). `fp8_logprobs`/`bf16_logprobs` (optional, same weights θ) feed the
         probability NMAE `Σ|p̃ − p| / Σp`.
         """
-        s = prepare_samples(
-            fp8_ratio, bf16_ratio, advantages, weights, mask, self.cfg.log_ratio_clamp
-        )
-        rows = torch.stack([s.fp8_ratio, s.bf16_ratio, s.advantages, s.weights], dim=1)
-        self._chunks.append(rows)
-        self._device = rows.device
         if (fp8_logprobs is None) != (bf16_logprobs is None):
             raise ValueError("observe: pass both fp8_logprobs and bf16_logprobs, or neither")
+        rows, dropped = prepare_rows(
+            fp8_ratio, bf16_ratio, advantages, weights, mask, self.cfg.log_ratio_clamp
+        )
+        self._chunks.append(rows)
+        self._device = rows.device
         sums = fp8_ratio.new_zeros(3, dtype=torch.float64)
-        sums[2] = s.num_dropped_nonfinite
+        sums[2] = dropped
         if fp8_logprobs is not None:
             p8, p16 = fp8_logprobs.detach().double().exp(), bf16_logprobs.detach().double().exp()
             ok = torch.isfinite(p8) & torch.isfinite(p16)
@@ -198,7 +198,7 @@ class Calibrator:
             rows = gather(rows)
             sums = gather(sums.to(rows.device).reshape(1, 3)).sum(0)
         rows, sums = rows.cpu(), sums.cpu()
-        samples = Samples(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], int(sums[2]))
+        samples = samples_from_rows(rows, int(sums[2]))
         return samples, sums
 
     # ---- update ---------------------------------------------------------------------------
