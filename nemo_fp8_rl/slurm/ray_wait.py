@@ -25,7 +25,7 @@ def wait_for_nodes(
     import ray
 
     deadline = time.monotonic() + timeout_s
-    ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    _connect(address, deadline, poll_s)
     try:
         while True:
             resources = ray.cluster_resources()
@@ -44,6 +44,23 @@ def wait_for_nodes(
             time.sleep(poll_s)
     finally:
         ray.shutdown()
+
+
+def _connect(address: str, deadline: float, poll_s: float) -> None:
+    """`ray.init(address)`, retried while `deadline` has not passed (one attempt may block for
+    Ray's own connection timeout): the GCS port may open before the GCS serves."""
+    import ray
+
+    while True:
+        try:
+            ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+            return
+        except ConnectionError as err:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"could not connect to the Ray cluster at {address}: {err}"
+                ) from err
+            time.sleep(poll_s)
 
 
 def main(argv: list[str] | None = None) -> int:
