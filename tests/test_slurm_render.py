@@ -203,6 +203,12 @@ def test_cli_dry_run_prints_script_and_writes_nothing(tmp_path, capsys):
     assert not run_dir.exists()
 
 
+def test_cli_flags_may_follow_overrides(capsys):
+    args = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "grpo.max_num_steps=2", "--dry-run"]
+    assert submit_cli.main([*args, "--partition", "p"]) == 0
+    assert '#SBATCH --partition="p"' in capsys.readouterr().out
+
+
 def test_cli_resume_reaches_the_training_command(capsys):
     args = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run"]
     assert submit_cli.main(args) == 0

@@ -17,6 +17,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nemo_fp8_rl.cli.common import add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.slurm import (
     JobSpecError,
@@ -40,7 +41,7 @@ def _submit_parser() -> argparse.ArgumentParser:
         description="Submit a recipe as a Slurm job (Ray head + workers, then training). "
         "Also: nemo_fp8_rl.submit status|logs|cancel JOB.",
     )
-    p.add_argument("--recipe", required=True, help="recipe path or short name")
+    add_recipe_args(p)
     p.add_argument("--account", help="Slurm account (overrides slurm.account)")
     p.add_argument("--partition", help="Slurm partition (overrides slurm.partition)")
     p.add_argument("--time", help="time limit, e.g. 04:00:00 (overrides slurm.time)")
@@ -54,7 +55,6 @@ def _submit_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
-    p.add_argument("overrides", nargs="*", help="dotted.key=value recipe overrides")
     return p
 
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] in _JOB_COMMANDS:
             return run_job_command(_job_parser().parse_args(argv))
-        return run_submit(_submit_parser().parse_args(argv))
+        return run_submit(_submit_parser().parse_intermixed_args(argv))
     except (RecipeError, JobSpecError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -134,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
-def entry() -> None:
-    """Console script `nemo_fp8_rl.submit`."""
-    sys.exit(main())
-
+entry = run_main(main)
 
 if __name__ == "__main__":
     entry()
