@@ -189,8 +189,14 @@ class Trainer:
             out.update(shadow_metrics(shadow_rows, self.nominal_low))
         if self.loss_fn.calibrator is not None:
             cal = self.loss_fn.calibrator.update(step)
-            # its own NMAEs cover only tokens with A != 0; the logged ones (above) cover all
-            out.update({k: v for k, v in cal.items() if k.startswith("calib_")})
+            # its own NMAEs cover only tokens with A != 0; the logged ones (above) cover all.
+            # `calib_low/high` stay the bounds in force this step (from the loss); the bounds
+            # the update sets for the next steps are logged as `calib_low/high_next`.
+            for k, v in cal.items():
+                if k in ("calib_low", "calib_high"):
+                    out[f"{k}_next"] = v
+                elif k.startswith("calib_"):
+                    out[k] = v
         return out
 
     @property
