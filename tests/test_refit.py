@@ -277,3 +277,13 @@ def test_failed_refit_leaves_receiver_unchanged(defect: str) -> None:
         assert bad_name in err.value.names and bad_name in str(err.value)
     ModuleReceiver(dst).apply(_refit(_tiny_qwen3(seed=3)))  # a good refit afterwards goes through
     assert not _same(dst, snap)
+
+
+def test_nonfinite_count_matches_isfinite_for_every_dtype() -> None:
+    from nemo_fp8_rl.refit.stream import nonfinite_count
+
+    x = torch.tensor([1.0, float("nan"), float("inf"), -float("inf"), -2.0, 0.0])
+    for dtype in (torch.float32, torch.bfloat16, torch.float8_e5m2):
+        assert nonfinite_count(x.to(dtype)) == 3, dtype
+    assert nonfinite_count(x.to(torch.float8_e4m3fn)) == 1  # e4m3fn saturates Inf, keeps NaN
+    assert nonfinite_count(torch.randn(64, 64)) == 0

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from nemo_fp8_rl.fp8 import FP8Spec, count_nonfinite, dequantize, scale_inv_shape
+from nemo_fp8_rl.fp8 import FP8Spec, dequantize, scale_inv_shape
 from nemo_fp8_rl.refit.errors import RefitError
-from nemo_fp8_rl.refit.stream import Bucket, checksum, dtype_name
+from nemo_fp8_rl.refit.stream import Bucket, checksum, dtype_name, nonfinite_count
 
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 _GRANULARITY = {"block": "blockwise", "tensor": "tensorwise", "channel": "per_channel"}
@@ -141,8 +141,7 @@ def _split_scales(
 
 def _check_finite(received: Received, problems: list[str], bad: list[str]) -> None:
     for name, tensor in list(received.tensors.items()) + list(received.scales.items()):
-        values = tensor.to(torch.float32) if tensor.dtype in _FP8 else tensor
-        count = count_nonfinite(values) if values.is_floating_point() else 0
+        count = nonfinite_count(tensor)
         if count:
             problems.append(f"{name}: {count} of {tensor.numel()} values are NaN/Inf")
             bad.append(name)
