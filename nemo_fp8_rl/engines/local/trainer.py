@@ -16,6 +16,7 @@ optimiser steps of the GRPO step.
 from __future__ import annotations
 
 import copy
+import math
 import time
 from collections import defaultdict
 from typing import Any
@@ -186,7 +187,9 @@ class Trainer:
         """Calibrator update (new bounds from step+1 on) and the shadow-pass diagnostics."""
         out: dict[str, float] = {}
         if shadow_rows:
-            out.update(shadow_metrics(shadow_rows, self.nominal_low))
+            cfg = self.loss_fn.cfg
+            nominal = (1.0 - cfg.ratio_clip_min, 1.0 + cfg.ratio_clip_max)
+            out.update(shadow_metrics(shadow_rows, nominal, cfg.ratio_clip_c))
         if self.loss_fn.calibrator is not None:
             cal = self.loss_fn.calibrator.update(step)
             # its own NMAEs cover only tokens with A != 0; the logged ones (above) cover all.
@@ -198,11 +201,6 @@ class Trainer:
                 elif k.startswith("calib_"):
                     out[k] = v
         return out
-
-    @property
-    def nominal_low(self) -> float:
-        """Nominal lower bound `L0 = 1 - ratio_clip_min`."""
-        return 1.0 - self.loss_fn.cfg.ratio_clip_min
 
     # ---- refit and checkpoints -----------------------------------------------------------
     def refit_buckets(self) -> tuple[list, list[tuple[float, float]]]:
@@ -263,26 +261,35 @@ def _shadow_row(micro: dict[str, torch.Tensor], fp8_curr: torch.Tensor) -> dict[
     }
 
 
-def shadow_metrics(rows: list[dict], nominal_low: float) -> dict[str, float]:
-    """FP8-vs-BF16 diagnostics pooled over a step's micro-batches.
+def shadow_metrics(
+    rows: list[dict], nominal: tuple[float, float], dual_c: float | None
+) -> dict[str, float]:
+    """FP8-vs-BF16 diagnostics pooled over a step's micro-batches (calibrated-clipping.md §5).
 
-    `prob_nmae = Σ|p̃ − p| / Σp` (current weights), `ratio_nmae = Σ|r̃ − r| / Σr` with
-    `r̃ = exp(lp8 − lp8_old)`, `r = exp(lp16 − lp16_old)`, `ratio_amplification` their quotient,
-    and `bf16_lower_frac_neg` / `fp8_nominal_lower_frac_neg`: shares of negative-advantage
-    tokens below the nominal lower bound in each precision.
+    With `p̃ = exp(lp8)`, `p = exp(lp16)` at the current weights, `r̃ = exp(lp8 − lp8_old)`,
+    `r = exp(lp16 − lp16_old)`, over valid response tokens M:
+    `prob_nmae = Σ|p̃ − p| / Σp`, `ratio_nmae = Σ|r̃ − r| / Σr`,
+    `ratio_amplification = ratio_nmae / prob_nmae`; the per-token variant
+    `prob_relative_error = mean |p̃/p − 1|` and `prob_relative_amplification` = it over
+    `prob_nmae` (tiny-model.md §6's amplification); `bf16_lower_frac_neg` and
+    `fp8_nominal_lower_frac_neg`: shares of negative-advantage tokens below the nominal lower
+    bound in each precision; and the over-clip decomposition at the nominal bounds.
     """
     cat = {k: torch.cat([r[k].reshape(-1) for r in rows]) for k in rows[0]}
     r8 = (cat["fp8_curr"] - cat["fp8_prev"]).exp()
     r16 = (cat["bf16_curr"] - cat["bf16_prev"]).exp()
-    m = cat["mask"]
-    neg = (m > 0) & (cat["adv"] < 0)
+    m, adv = cat["mask"], cat["adv"]
+    neg = (m > 0) & (adv < 0)
     n_neg = max(int(neg.sum()), 1)
-    return {
+    out = {
         "prob_nmae": diag.prob_nmae(cat["fp8_curr"], cat["bf16_curr"], m),
         "ratio_nmae": diag.ratio_nmae(r8, r16, m),
-        "ratio_amplification": diag.ratio_amplification(
-            r8, r16, cat["fp8_curr"], cat["bf16_curr"], m
-        ),
-        "bf16_lower_frac_neg": float((neg & (r16 < nominal_low)).sum()) / n_neg,
-        "fp8_nominal_lower_frac_neg": float((neg & (r8 < nominal_low)).sum()) / n_neg,
+        "prob_relative_error": diag.prob_relative_error(cat["fp8_curr"], cat["bf16_curr"], m),
+        "bf16_lower_frac_neg": float((neg & (r16 < nominal[0])).sum()) / n_neg,
+        "fp8_nominal_lower_frac_neg": float((neg & (r8 < nominal[0])).sum()) / n_neg,
     }
+    nmae = out["prob_nmae"]
+    out["ratio_amplification"] = out["ratio_nmae"] / nmae if nmae > 0 else math.nan
+    out["prob_relative_amplification"] = out["prob_relative_error"] / nmae if nmae > 0 else math.nan
+    out.update(diag.overclip_stats(r8, r16, adv, m, nominal[0], nominal[1], dual_c))
+    return out
