@@ -31,25 +31,31 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def best_time(fn: Callable[[], object], repeats: int, device: str) -> float:
-    """Best wall time of `repeats` calls (after one warm-up call), in seconds."""
+def best_time(fn: Callable[[], object], repeats: int, device: str) -> tuple[float, float]:
+    """Best wall time and best process CPU time of `repeats` calls (after a warm-up call), in s.
+
+    CPU time excludes the time the process waits for a core, so on a shared machine it is the
+    steadier measure (meaningful for one thread: with more it sums over threads)."""
     fn()
     _sync(device)
-    best = float("inf")
+    wall = cpu = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.process_time()
         fn()
         _sync(device)
-        best = min(best, time.perf_counter() - start)
-    return best
+        wall = min(wall, time.perf_counter() - start)
+        cpu = min(cpu, time.process_time() - start_cpu)
+    return wall, cpu
 
 
-def copy_bandwidth(device: str, repeats: int, gib: float = 1.0) -> float:
-    """GB/s of a large FP32 `copy_` (bytes copied / second; each byte is read once, written once)."""
+def copy_bandwidth(device: str, repeats: int, gib: float = 1.0) -> tuple[float, float]:
+    """GB/s of a large FP32 `copy_` (bytes copied / second; each byte is read once, written
+    once), by wall time and by CPU time."""
     n = int(gib * (1 << 30)) // 4
     src = torch.rand(n, device=device)
     dst = torch.empty_like(src)
-    return n * 4 / best_time(lambda: dst.copy_(src), repeats, device) / 1e9
+    wall, cpu = best_time(lambda: dst.copy_(src), repeats, device)
+    return n * 4 / wall / 1e9, n * 4 / max(cpu, 1e-9) / 1e9
 
 
 def implementations(device: str) -> dict[str, Callable]:
@@ -67,10 +73,15 @@ def implementations(device: str) -> dict[str, Callable]:
 def run(device: str, repeats: int, spec_name: str) -> None:
     """Print one table row per (shape, implementation), plus the copy baseline."""
     spec = FP8Spec.preset(spec_name)
-    copy_gbs = copy_bandwidth(device, repeats)
+    copy_gbs, copy_cpu_gbs = copy_bandwidth(device, repeats)
     print(f"device={device} threads={torch.get_num_threads()} spec={spec_name}")
-    print(f"memory copy (1 GiB fp32 copy_): {copy_gbs:.2f} GB/s")
-    print(f"{'shape':>12}  {'implementation':<24} {'ms':>9} {'GB/s':>8} {'vs copy':>8}  exact")
+    print(
+        f"memory copy (1 GiB fp32 copy_): {copy_gbs:.2f} GB/s wall, {copy_cpu_gbs:.2f} GB/s CPU time"
+    )
+    print(
+        f"{'shape':>12}  {'implementation':<24} {'ms':>9} {'GB/s':>8} {'vs copy':>8}"
+        f" {'cpu GB/s':>9} {'vs copy':>8}  exact"
+    )
     for m, k in SHAPES:
         x = torch.randn(m, k, device=device).to(torch.bfloat16)
         ref = None
@@ -81,10 +92,11 @@ def run(device: str, repeats: int, spec_name: str) -> None:
             else:
                 same = torch.equal(q.view(torch.uint8), ref[0].view(torch.uint8))
                 exact = "yes" if same and torch.equal(s, ref[1]) else "NO"
-            t = best_time(lambda fn=fn, x=x: fn(x, spec), repeats, device)
-            gbs = x.numel() * 2 / t / 1e9
+            t, t_cpu = best_time(lambda fn=fn, x=x: fn(x, spec), repeats, device)
+            gbs, cpu_gbs = x.numel() * 2 / t / 1e9, x.numel() * 2 / max(t_cpu, 1e-9) / 1e9
             print(
-                f"{m:>5}x{k:<6}  {name:<24} {t * 1e3:9.2f} {gbs:8.3f} {gbs / copy_gbs:8.1%}  {exact}"
+                f"{m:>5}x{k:<6}  {name:<24} {t * 1e3:9.2f} {gbs:8.3f} {gbs / copy_gbs:8.1%}"
+                f" {cpu_gbs:9.3f} {cpu_gbs / copy_cpu_gbs:8.1%}  {exact}"
             )
 
 

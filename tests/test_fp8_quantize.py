@@ -178,3 +178,15 @@ def test_mxfp8_scale_rounds_up() -> None:
     assert q[0, 0].float().item() == 448.0 and q[0, 32].float().item() == 224.0
     with pytest.raises(ValueError, match="E8M0"):
         FP8Spec("e4m3", "rowwise", "e8m0")
+
+
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_to_float32_table_is_exact(dtype: torch.dtype) -> None:
+    from nemo_fp8_rl.fp8 import fp8_to_float32
+
+    codes = torch.arange(256, dtype=torch.int32).to(torch.uint8).view(dtype).reshape(4, 64)
+    got, want = fp8_to_float32(codes), codes.to(torch.float32)
+    assert got.shape == (4, 64) and got.dtype == torch.float32
+    assert torch.equal(got.view(torch.int32), want.view(torch.int32))  # NaN payloads included
+    got_t = fp8_to_float32(codes.t())  # non-contiguous input
+    assert torch.equal(got_t.view(torch.int32), want.t().contiguous().view(torch.int32))

@@ -5,7 +5,7 @@ power-of-2 rounding) and with vLLM's checkpoint layout (`weight_scale_inv`, ceil
 ceil(K/128) for 128x128 blocks, zero-padded partial tiles).
 """
 
-from nemo_fp8_rl.fp8.formats import E4M3, E5M2, FP8Format, cast_to_fp8, get_format
+from nemo_fp8_rl.fp8.formats import E4M3, E5M2, FP8Format, cast_to_fp8, fp8_to_float32, get_format
 from nemo_fp8_rl.fp8.quantize import (
     NonFiniteTensorError,
     count_nonfinite,
@@ -28,6 +28,7 @@ __all__ = [
     "count_nonfinite",
     "dequantize",
     "fake_quantize",
+    "fp8_to_float32",
     "get_format",
     "quantize",
     "scale_from_amax",

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from nemo_fp8_rl.fp8.fast import quantize_chunked
-from nemo_fp8_rl.fp8.formats import cast_to_fp8
+from nemo_fp8_rl.fp8.formats import cast_to_fp8, fp8_to_float32
 from nemo_fp8_rl.fp8.scaling import scales_for
 from nemo_fp8_rl.fp8.spec import FP8Spec
 
@@ -198,7 +198,7 @@ def dequantize(
         )
     q2d = _as_2d(q)
     rows, cols = spec.block_shape(*q2d.shape)
-    tiles = _tiles(q2d.to(torch.float32), rows, cols)
+    tiles = _tiles(fp8_to_float32(q2d), rows, cols)
     s = scale_inv.to(torch.float32).reshape(tiles.shape[0], tiles.shape[2])
     out = (tiles * s[:, None, :, None]).reshape(tiles.shape[0] * rows, -1)
     m, k = q2d.shape
