@@ -43,11 +43,13 @@ def test_chunked_path_applies_and_falls_back() -> None:
 
 @pytest.mark.parametrize("granularity", GRANULARITIES)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("chunk_elems", [3 * 256, 256 * 256])
 def test_chunked_multi_chunk_bit_exact(
-    granularity: str, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+    granularity: str, dtype: torch.dtype, chunk_elems: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Small chunks force many chunks (and a partial last one) through the chunked path."""
-    monkeypatch.setattr("nemo_fp8_rl.fp8.fast._CHUNK_ELEMS", 3 * 256)
+    """Small chunks force many chunks (and a partial last one, for blockwise a zero-padded
+    block-row) through the chunked path; 256 rows per chunk puts two block-rows in one chunk."""
+    monkeypatch.setattr("nemo_fp8_rl.fp8.fast._CHUNK_ELEMS", chunk_elems)
     gen = torch.Generator().manual_seed(5)
     x = (torch.randn(300, 256, generator=gen) * torch.logspace(-3, 3, 300)[:, None]).to(dtype)
     spec = FP8Spec("e4m3", granularity, "fp32")

@@ -39,24 +39,27 @@ def _bits_to_float(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 
 def _tile_amax_bits(mag: torch.Tensor, granularity: str) -> torch.Tensor:
-    """Per-tile max of magnitude bits for one `(rows, K)` chunk, broadcastable over `(rows, kb, 128)`
-    (rowwise/blockwise) or `(rows, K)` (per_channel/tensorwise)."""
+    """Per-tile max of magnitude bits for one `(rows, K)` chunk, broadcastable over the chunk
+    viewed as `(rows, kb, group)` (rowwise/mxfp8), `(rows/128, 128, kb, 128)` (blockwise; rows
+    zero-padded to a multiple of 128) or `(rows, K)` (per_channel/tensorwise)."""
     rows, k = mag.shape
     if granularity in ("rowwise", "mxfp8"):
         group = MX_BLOCK_LEN if granularity == "mxfp8" else BLOCK_LEN
         return mag.view(rows, k // group, group).amax(-1, keepdim=True)
     if granularity == "blockwise":
-        cols = mag.amax(0)
-        return cols.view(1, k // BLOCK_LEN, BLOCK_LEN).amax(-1, keepdim=True)
+        rb, kb = rows // BLOCK_LEN, k // BLOCK_LEN
+        cols = mag.view(rb, BLOCK_LEN, k).amax(1)  # vertical max first: fully vectorised
+        return cols.view(rb, 1, kb, BLOCK_LEN).amax(-1, keepdim=True)
     if granularity == "per_channel":
         return mag.amax(1, keepdim=True)
     return mag.amax().reshape(1, 1)
 
 
 def _rows_per_chunk(m: int, k: int, granularity: str) -> int:
-    if granularity == "blockwise":  # one block-row per chunk: the vertical max spans one tile
-        return min(BLOCK_LEN, m)
-    return min(max(1, _CHUNK_ELEMS // max(k, 1)), m)
+    rows = max(1, _CHUNK_ELEMS // max(k, 1))
+    if granularity == "blockwise":  # whole block-rows per chunk (the last one zero-padded)
+        return max(BLOCK_LEN, rows // BLOCK_LEN * BLOCK_LEN)
+    return min(rows, m)
 
 
 def _global_amax_bits(bits: torch.Tensor, mask: int, rows: int) -> torch.Tensor:
@@ -90,9 +93,12 @@ def quantize_chunked(x: torch.Tensor, spec: FP8Spec) -> tuple[torch.Tensor, torc
     global_bits = _global_amax_bits(bits, mask, rows) if gran == "tensorwise" else None
     scales = []
     for i in range(0, m, rows):
-        chunk, r = x2d[i : i + rows], min(rows, m - i)
+        r = min(rows, m - i)
+        rp = -(-r // BLOCK_LEN) * BLOCK_LEN if gran == "blockwise" else r
         if global_bits is None:
-            mag = torch.bitwise_and(bits[i : i + r], mask, out=mag_buf[: r * k].view(r, k))
+            mag = mag_buf[: rp * k].view(rp, k)
+            torch.bitwise_and(bits[i : i + r], mask, out=mag[:r])
+            mag[r:].zero_()  # padding rows of a partial block-row never raise the amax
             amax_bits = _tile_amax_bits(mag, gran)
         else:
             amax_bits = global_bits
@@ -101,21 +107,31 @@ def quantize_chunked(x: torch.Tensor, spec: FP8Spec) -> tuple[torch.Tensor, torc
         amax = _bits_to_float(amax_bits, x.dtype)
         scale, scale_inv = scales_for(amax, fmt.max, spec.scale, eps=spec.amax_epsilon)
         scales.append(scale_inv)
-        f = f_buf[: r * k].view(r, k)
-        f.copy_(chunk)
-        f3 = f.view(r, k // group, group) if scale.dim() == 3 else f
-        f3.mul_(scale)
+        f = f_buf[: rp * k].view(rp, k)
+        f[:r].copy_(x2d[i : i + r])
+        _scaled_view(f, scale, group).mul_(scale)
         if fmt.name != "e4m3":  # torch saturates E4M3 itself; E5M2 would overflow to inf
-            f.clamp_(-fmt.max, fmt.max)
-        q[i : i + r].copy_(f)
+            f[:r].clamp_(-fmt.max, fmt.max)
+        q[i : i + r].copy_(f[:r])
     return q.reshape(x.shape), _collect_scales(scales, x.shape, gran)
+
+
+def _scaled_view(f: torch.Tensor, scale: torch.Tensor, group: int) -> torch.Tensor:
+    """`f` viewed so that `scale` (from `_tile_amax_bits`) broadcasts over its tiles."""
+    rows, k = f.shape
+    if scale.dim() == 4:
+        return f.view(rows // BLOCK_LEN, BLOCK_LEN, k // BLOCK_LEN, BLOCK_LEN)
+    if scale.dim() == 3:
+        return f.view(rows, k // group, group)
+    return f
 
 
 def _collect_scales(scales: list[torch.Tensor], shape: torch.Size, gran: str) -> torch.Tensor:
     if gran == "tensorwise":
         return scales[0].reshape(())
     if gran == "blockwise":
-        return torch.cat([s.reshape(1, -1) for s in scales], 0)
+        kb = math.ceil(shape[-1] / BLOCK_LEN)
+        return torch.cat([s.reshape(-1, kb) for s in scales], 0)
     if gran == "per_channel":
         return torch.cat([s.reshape(-1, 1) for s in scales], 0).reshape(*shape[:-1], 1)
     kb = math.ceil(shape[-1] / (MX_BLOCK_LEN if gran == "mxfp8" else BLOCK_LEN))
