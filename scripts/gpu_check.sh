@@ -29,6 +29,7 @@ step sync uv sync --extra gpu
 step gpu_tests uv run pytest -m gpu -q -rs
 step bench_quant_blockwise uv run python benchmarks/bench_quant.py --device cuda --repeats 20
 step bench_quant_blockwise_pow2 uv run python benchmarks/bench_quant.py --device cuda --repeats 20 --spec blockwise_pow2
+step bench_quant_rowwise uv run python benchmarks/bench_quant.py --device cuda --repeats 20 --spec rowwise
 
 echo
 echo "=== summary"
