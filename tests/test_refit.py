@@ -273,6 +273,9 @@ def test_failed_refit_leaves_receiver_unchanged(defect: str) -> None:
     with pytest.raises(RefitError) as err:
         ModuleReceiver(dst).apply(buckets)
     assert _same(dst, snap)
+    if defect == "corrupt":  # without checksums the flipped bit is not noticed
+        ModuleReceiver(dst).apply(buckets, checksums=False)
+        assert not _same(dst, snap)
     if bad_name:
         assert bad_name in err.value.names and bad_name in str(err.value)
     ModuleReceiver(dst).apply(_refit(_tiny_qwen3(seed=3)))  # a good refit afterwards goes through

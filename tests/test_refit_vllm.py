@@ -140,6 +140,12 @@ def test_bf16_engine_refit_and_exact_restore(models: dict) -> None:
     assert _generate(llm) == before, (
         "refitting the original weights must restore the output exactly"
     )
+
+    by_path = VllmReceiver(llm, models["root"] / "bf16", refit_dir=models["root"] / "refit")
+    _refit(by_path, models["perturbed"], {})
+    assert _generate(llm) == changed, "a refit by path must load the same weights as by iterator"
+    _refit(by_path, models["original"], {})
+    assert _generate(llm) == before
     del llm
 
 

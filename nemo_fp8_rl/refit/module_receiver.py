@@ -88,13 +88,14 @@ class ModuleReceiver:
             raise RefitError(problems, bad)
         return staged
 
-    def apply(self, buckets: Iterable[Bucket]) -> int:
+    def apply(self, buckets: Iterable[Bucket], *, checksums: bool = True) -> int:
         """Verify all `buckets`, then write them into the model; return the number of tensors.
 
         Raises `RefitError` naming every bad tensor (NaN/Inf, shape, dtype, checksum, missing or
-        unexpected name) and leaves the model unchanged.
+        unexpected name) and leaves the model unchanged. `checksums=False` (`plan.verify`
+        false) skips the CRC-32 comparison only.
         """
-        staged = self.stage(collect(buckets))
+        staged = self.stage(collect(buckets, checksums=checksums))
         with torch.no_grad():
             for name, value in staged.items():
                 self.targets[name].copy_(value)

@@ -83,7 +83,11 @@ def _check_buckets(buckets: list[Bucket], problems: list[str]) -> None:
 
 
 def _check_entries(
-    bucket: Bucket, seen: dict[str, torch.Tensor], problems: list[str], bad: list[str]
+    bucket: Bucket,
+    seen: dict[str, torch.Tensor],
+    problems: list[str],
+    bad: list[str],
+    checksums: bool,
 ) -> None:
     listed = {e.name for e in bucket.entries}
     for extra in sorted(set(bucket.tensors) - listed):
@@ -101,7 +105,7 @@ def _check_entries(
                 f"is {dtype_name(tensor.dtype)}{list(tensor.shape)}, manifest says "
                 f"{entry.dtype}{list(entry.shape)}"
             )
-        elif checksum(tensor) != entry.checksum:
+        elif checksums and checksum(tensor) != entry.checksum:
             problem = "checksum mismatch (corrupted in transit)"
         if problem:
             problems.append(f"{entry.name}: {problem}")
@@ -147,15 +151,19 @@ def _check_finite(received: Received, problems: list[str], bad: list[str]) -> No
             bad.append(name)
 
 
-def collect(buckets: Iterable[Bucket]) -> Received:
-    """Gather and verify all buckets of one refit; raise `RefitError` listing every defect."""
+def collect(buckets: Iterable[Bucket], *, checksums: bool = True) -> Received:
+    """Gather and verify all buckets of one refit; raise `RefitError` listing every defect.
+
+    `checksums=False` (the recipe's `refit.verify: false`) skips only the CRC-32 comparison;
+    names, shapes, dtypes and finiteness are always checked.
+    """
     buckets = list(buckets)
     problems: list[str] = []
     bad: list[str] = []
     _check_buckets(buckets, problems)
     seen: dict[str, torch.Tensor] = {}
     for bucket in buckets:
-        _check_entries(bucket, seen, problems, bad)
+        _check_entries(bucket, seen, problems, bad, checksums)
     first = buckets[0] if buckets else Bucket(0)
     received = Received(first.scheme, first.scale)
     _split_scales(received, seen, problems, bad)

@@ -57,32 +57,49 @@ def check_against_checkpoint(
 
 
 class VllmReceiver:
-    """Receives refit buckets into a vLLM `LLM` (or any object with `collective_rpc`)."""
+    """Receives refit buckets into a vLLM `LLM` (or any object with `collective_rpc`).
 
-    def __init__(self, llm: Any, checkpoint_dir: str | Path) -> None:
+    `refit_dir=None`: tensors go to `reload_weights(weights_iterator=...)` (in-process engine).
+    With a `refit_dir`, the verified refit is written there as safetensors and the workers
+    reload it by path, which also works when they run in other processes (vLLM then treats
+    that directory as the model's weights path).
+    """
+
+    def __init__(
+        self, llm: Any, checkpoint_dir: str | Path, refit_dir: str | Path | None = None
+    ) -> None:
         self.llm = llm
         self.shapes = checkpoint_shapes(checkpoint_dir)
         if not self.shapes:
             raise FileNotFoundError(
                 f"{checkpoint_dir}: no safetensors tensors; pass the engine's model dir"
             )
+        self.refit_dir = None if refit_dir is None else Path(refit_dir)
 
-    def apply(self, buckets: Iterable[Bucket]) -> int:
+    def apply(self, buckets: Iterable[Bucket], *, checksums: bool = True) -> int:
         """Verify all `buckets`, then reload them into the engine; return the tensor count.
 
         Raises `RefitError` (engine untouched) on any NaN/Inf, shape, dtype, checksum, missing
-        or unexpected tensor.
+        or unexpected tensor. `checksums=False` (`plan.verify` false) skips the CRC-32 only.
         """
-        items = check_against_checkpoint(collect(buckets), self.shapes)
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        items = check_against_checkpoint(collect(buckets, checksums=checksums), self.shapes)
+        if self.refit_dir is None:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": items})
+        else:
+            path = write_refit_dir(items, self.refit_dir)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(path)})
         return len(items)
 
 
-def write_refit_dir(received: Received, out_dir: str | Path) -> Path:
-    """Write a verified refit as one safetensors file for `reload_weights(weights_path=...)`."""
+def write_refit_dir(items: list[tuple[str, torch.Tensor]], out_dir: str | Path) -> Path:
+    """Write verified engine tensors as one safetensors file for `reload_weights(weights_path=)`."""
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    save_file(dict(received.engine_items()), out / "model.safetensors", metadata={"format": "pt"})
+    for stale in out.glob("*.safetensors*"):
+        stale.unlink()
+    tmp = out / "model.safetensors.tmp"
+    save_file(dict(items), tmp, metadata={"format": "pt"})
+    tmp.rename(out / "model.safetensors")
     return out
