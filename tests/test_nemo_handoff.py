@@ -96,3 +96,32 @@ def test_worker_class_name_matches_the_registered_name() -> None:
     source = Path(runner.__file__).with_name("worker.py").read_text()
     classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
     assert module == "nemo_fp8_rl.engines.nemo.worker" and classes == [cls]
+
+
+def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:
+    from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
+
+    recipe = load_recipe(
+        "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",
+        [
+            "loss_fn.calibration.init_bounds=[0.7,1.3]",
+            "policy.megatron_cfg.use_fused_linear_logprobs=true",
+        ],
+    )
+    saved = runner.build_loss(recipe, None)
+    assert saved.calibrator.bounds == (0.7, 1.3) and saved.use_fused_linear_logprobs
+    rollout = (
+        recipe.config["grpo"]["num_prompts_per_step"]
+        * recipe.config["grpo"]["num_generations_per_prompt"]
+    )
+    assert (
+        saved.calibrator.updates_per_step
+        == rollout // recipe.config["policy"]["train_global_batch_size"]
+    )
+    state = saved.calibrator.state_dict()
+    saved.calibrator.load_state_dict({**state, "bounds": [0.65, 1.35]})  # as after calibrating
+    save_calibrator_state(saved.calibrator, tmp_path / "step_20")
+    fresh = runner.build_loss(recipe, str(tmp_path / "step_20"))
+    assert fresh.calibrator.bounds == (0.65, 1.35)
+    uncalibrated = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8-uncalibrated")
+    assert runner.build_loss(uncalibrated, str(tmp_path / "step_20")).calibrator is None

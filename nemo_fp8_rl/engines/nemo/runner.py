@@ -167,7 +167,9 @@ def _total_steps(state: Any) -> int:
 def build_loss(recipe: Recipe, checkpoint_path: str | None) -> NemoCalibratedLoss:
     """The project's loss from the recipe's `loss_fn` section, calibrator restored if saved."""
     cfg = recipe.config
-    loss_fn = NemoCalibratedLoss(recipe.section("loss_fn"))
+    megatron = cfg["policy"].get("megatron_cfg") or {}  # as NeMo RL's setup() decides it
+    fused = bool(megatron.get("enabled") and megatron.get("use_fused_linear_logprobs"))
+    loss_fn = NemoCalibratedLoss(recipe.section("loss_fn"), use_fused_linear_logprobs=fused)
     if loss_fn.calibrator is not None:
         rollout = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
         loss_fn.calibrator.set_updates_per_step(
