@@ -15,11 +15,13 @@ from nemo_fp8_rl.refit import (
     RefitError,
     RefitPlan,
     RefitPlanError,
+    collect,
     hf_to_engine,
     megatron_to_hf,
     stream_refit,
 )
 from nemo_fp8_rl.refit.names import split_qkv
+from nemo_fp8_rl.refit.vllm_receiver import check_against_checkpoint
 
 
 def _cfg(**vllm_cfg) -> dict:
@@ -156,9 +158,16 @@ def test_plan_keeps_misaligned_fused_modules_bf16_for_vllm() -> None:
     assert not plan.is_fp8("model.layers.0.self_attn.q_proj.weight")
     assert plan.is_fp8("model.layers.0.mlp.gate_proj.weight")
     assert "model.layers.0.self_attn.v_proj" in plan.ignored_layers
+    # A plan built from names only cannot know; the vLLM receiver refuses such a refit.
     unchecked = RefitPlan.from_config(_cfg(), list(shapes))
-    with pytest.raises(RefitError, match="build the plan with shapes"):
-        list(stream_refit(model.named_parameters(), unchecked))
+    received = collect(stream_refit(model.named_parameters(), unchecked))
+    engine = {name: tuple(t.shape) for name, t in received.engine_items()}
+    with pytest.raises(RefitError, match="build the plan with shapes") as err:
+        check_against_checkpoint(received, engine)
+    assert "model.layers.0.self_attn.k_proj.weight" in err.value.names
+    assert (
+        "model.layers.0.self_attn.v_proj.weight" not in err.value.names
+    )  # the last shard may be ragged
 
 
 # --- streaming and receiving -------------------------------------------------------------

@@ -16,10 +16,12 @@ Built from the resolved recipe with NeMo RL's own keys (`policy.generation.vllm_
 Always BF16: embeddings, norms (incl. q/k norms), `lm_head`, the MoE router (`mlp.gate`), biases.
 Only decoder-layer `*_proj.weight` matrices are FP8 candidates.
 
-With `target="vllm"` and block scaling, fused shards (q, k of `qkv_proj`; gate of `gate_up_proj`)
-must have N % 128 == 0, because vLLM writes a shard's scale rows at `ceil(offset/128)`; groups
-that are not aligned stay BF16 and are listed in `ignored_layers` (vLLM requires all shards of a
-fused module to agree). `target="module"` (a transformers model) has no such constraint.
+With block scaling, vLLM needs fused shards (q, k of `qkv_proj`; gate of `gate_up_proj`) with
+N % 128 == 0, because it writes a shard's scale rows at `ceil(offset/128)`. When the plan is
+built with shapes and `target="vllm"` (the default), such groups stay BF16 and are listed in
+`ignored_layers` (vLLM requires all shards of a fused module to agree); `VllmReceiver` refuses
+a refit that still has them. `target="module"` (a transformers model, e.g. the embedded
+engine) has no such constraint: pass it so small models keep every projection in FP8.
 """
 
 from __future__ import annotations
@@ -62,6 +64,20 @@ def fused_group(name: str) -> tuple[str, int] | None:
     if match:
         return f"{match.group(1)}.gate_up_proj", 0 if match.group(2) == "gate" else 1
     return None
+
+
+def misaligned_block_shards(shapes: Mapping[str, Sequence[int]]) -> list[str]:
+    """Names of fused shards vLLM cannot hold as block FP8: any shard but the last of
+    `qkv_proj` (q, k) or `gate_up_proj` (gate) whose row count is not a multiple of 128."""
+    out = []
+    for name, shape in shapes.items():
+        group = fused_group(name)
+        if group is None:
+            continue
+        last = 2 if group[0].endswith(".qkv_proj") else 1
+        if group[1] < last and shape[0] % BLOCK:
+            out.append(name)
+    return sorted(out)
 
 
 def _get(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:

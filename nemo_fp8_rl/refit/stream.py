@@ -17,10 +17,9 @@ import torch
 
 from nemo_fp8_rl.fp8 import count_nonfinite, quantize
 from nemo_fp8_rl.refit.errors import RefitError
-from nemo_fp8_rl.refit.plan import BLOCK, RefitPlan, fused_group
+from nemo_fp8_rl.refit.plan import RefitPlan, fused_group
 
 NamedTensor = tuple[str, torch.Tensor]
-_GROUP_SIZE = {"qkv_proj": 3, "gate_up_proj": 2}
 _FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
@@ -123,26 +122,8 @@ def _check_finite(name: str, tensor: torch.Tensor) -> None:
         raise RefitError([f"{name}: {bad} of {tensor.numel()} values are NaN/Inf"], [name])
 
 
-def _check_block_alignment(name: str, tensor: torch.Tensor, plan: RefitPlan) -> None:
-    group = fused_group(name)
-    if group is None or plan.scheme != "block" or plan.target != "vllm":
-        return
-    module, shard = group
-    size = _GROUP_SIZE[module.rsplit(".", 1)[1]]
-    if shard < size - 1 and tensor.shape[0] % BLOCK:
-        raise RefitError(
-            [
-                f"{name}: {tensor.shape[0]} rows is not a multiple of {BLOCK}, so vLLM cannot place "
-                f"its block scales inside fused {module}; build the plan with shapes "
-                "(RefitPlan.from_config(config, {name: shape})) so such modules stay BF16"
-            ],
-            [name],
-        )
-
-
 def _quantize_one(name: str, tensor: torch.Tensor, plan: RefitPlan) -> list[NamedTensor]:
     assert plan.spec is not None
-    _check_block_alignment(name, tensor, plan)
     q, scale_inv = quantize(tensor, plan.spec, name=name, nonfinite="saturate")
     return [(name, q), (plan.scale_name(name), scale_inv.to(torch.float32))]
 

@@ -24,6 +24,7 @@ import torch
 
 from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.export import checkpoint_shapes
+from nemo_fp8_rl.refit.plan import misaligned_block_shards
 from nemo_fp8_rl.refit.stream import Bucket
 from nemo_fp8_rl.refit.verify import Received, collect
 
@@ -39,6 +40,15 @@ def check_against_checkpoint(
     got = {name: tuple(t.shape) for name, t in items}
     problems: list[str] = []
     bad: list[str] = []
+    if received.scheme == "block":
+        fp8 = {n: tuple(t.shape) for n, t in received.tensors.items() if n in received.scales}
+        for name in misaligned_block_shards(fp8):
+            problems.append(
+                f"{name}: {fp8[name][0]} rows is not a multiple of 128, so vLLM cannot place its "
+                "block scales inside the fused module; build the plan with shapes "
+                "(RefitPlan.from_config(config, {name: shape})) so such modules stay BF16"
+            )
+            bad.append(name)
     optional = set(optional)
     for name in sorted(set(shapes) - set(got) - optional):
         problems.append(f"{name}: missing from the refit")
