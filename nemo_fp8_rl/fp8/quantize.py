@@ -3,9 +3,13 @@
 The tensor is viewed as `(M, K)` (K = last dim), zero-padded to whole tiles (so partial tiles at
 the edges behave as vLLM's `per_block_cast_to_fp8`: padding never raises an amax), and per tile:
 
-    amax = max |x|,  (scale, scale_inv) = scale_from_amax(amax)   (TE's rule, see `scaling`)
+    amax = max |x|,  (scale, scale_inv) = scales_for(amax)        (TE's rules, see `scaling`)
     q    = RTNE(clamp(fp32(x) * scale, -fp8_max, fp8_max))        (saturating cast)
     x̂    = q * scale_inv                                            (dequantize)
+
+`scales_for` is TE's `compute_scale_from_amax` for the fp32/pow2 kinds and TE's E8M0 rule for
+MXFP8. On CPU, `quantize` runs the chunked fast path (`fast.py`) and on CUDA the Triton kernel
+(`triton_quant.py`) where they apply; both are bit-identical to the tiled path here.
 
 Non-finite inputs: `nonfinite="raise"` (the default; for refit, where a NaN weight must never
 reach the engine) raises `NonFiniteTensorError(name, count)`. `nonfinite="saturate"` follows
