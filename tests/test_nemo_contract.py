@@ -276,3 +276,14 @@ def test_nemo_rl_sharding_keeps_shadow_keys_aligned() -> None:
         torch.testing.assert_close(shard[BF16_CURR], shard["prev_logprobs"] * 3)
     part = data.slice(2, 4)
     assert isinstance(part, BatchedDataDict) and part[BF16_PREV].shape == (2, 9)
+
+
+def test_everything_the_runner_imports_resolves() -> None:
+    from nemo_rl.algorithms.utils import get_tokenizer
+    from nemo_rl.data.utils import setup_response_data
+    from nemo_rl.distributed.virtual_cluster import init_ray
+    from nemo_rl.models.generation import configure_generation_config
+
+    assert all(map(callable, (get_tokenizer, setup_response_data, init_ray)))
+    params = inspect.signature(configure_generation_config).parameters
+    assert {"has_refit_draft_weights", "trains_mtp"} <= set(params)

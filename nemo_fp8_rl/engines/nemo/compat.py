@@ -24,10 +24,10 @@ from pathlib import Path
 
 SUPPORTED = "NeMo RL v0.7.0 and later (tested against v0.7.0's interfaces and main at 7ea279a)"
 INSTALL_HINT = (
-    "install this package into a NeMo RL environment: clone NVIDIA-NeMo/RL (v0.7.0 or later) with "
-    "--recursive, then from its root run `uv pip install -e /path/to/nemo-fp8-rl` (or put this "
-    "repository on PYTHONPATH) and launch with `uv run python -m nemo_fp8_rl.train ...`; "
-    "see docs/cluster.md"
+    "use a NeMo RL environment: clone NVIDIA-NeMo/RL (v0.7.0 or later) with --recursive and set "
+    "it up with uv (or use NVIDIA's nemo-rl container), put this repository on PYTHONPATH "
+    "(export PYTHONPATH=/path/to/nemo-fp8-rl), and run from the NeMo RL folder with "
+    "`uv run python -m nemo_fp8_rl.train ...`; see docs/cluster.md"
 )
 
 
