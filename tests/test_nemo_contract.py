@@ -276,6 +276,8 @@ def test_nemo_rl_sharding_keeps_shadow_keys_aligned() -> None:
         torch.testing.assert_close(shard[BF16_CURR], shard["prev_logprobs"] * 3)
     part = data.slice(2, 4)
     assert isinstance(part, BatchedDataDict) and part[BF16_PREV].shape == (2, 9)
+    for mb in shards[0].make_microbatch_iterator(1):  # the Megatron worker's micro-batches
+        torch.testing.assert_close(mb[BF16_CURR], mb["prev_logprobs"] * 3)
 
 
 def test_everything_the_runner_imports_resolves() -> None:
