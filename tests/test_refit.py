@@ -123,6 +123,10 @@ def test_plan_reads_nemo_rl_keys() -> None:
     assert "model.layers.2.self_attn.q_proj" in plan.ignored_layers
     assert plan.quantization_config()["weight_block_size"] == [128, 128]
     assert RefitPlan.from_config(_cfg(use_deep_gemm=True), names).scale == "pow2"
+    e8m0 = _cfg(env_vars={"VLLM_USE_DEEP_GEMM_E8M0": "1"})
+    assert RefitPlan.from_config(e8m0, names).scale == "pow2"
+    off = _cfg(use_deep_gemm=True, env_vars={"VLLM_USE_DEEP_GEMM": "0"})
+    assert RefitPlan.from_config(off, names).scale == "fp32"
     assert RefitPlan.from_config(
         _cfg(pow2_weight_scaling_factors=True), names
     ).spec == FP8Spec.preset("blockwise_pow2")
@@ -136,6 +140,24 @@ def test_plan_reads_nemo_rl_keys() -> None:
     }
     assert RefitPlan.from_config(quant, names).scheme == "channel"
     assert RefitPlan.from_config({"refit": {"bucket_size_mb": 3}}, names).bucket_bytes == 3 * 2**20
+
+
+@pytest.mark.parametrize(
+    ("recipe", "scheme", "scale"),
+    [
+        ("llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g-fp8", "block", "pow2"),
+        ("tiny/grpo-tiny-qwen3-cpu-bf16", "bf16", "fp32"),
+    ],
+)
+def test_plan_from_shipped_recipes(recipe: str, scheme: str, scale: str) -> None:
+    from nemo_fp8_rl.config import load_recipe
+
+    config = load_recipe(recipe).config
+    names = ["model.layers.0.mlp.down_proj.weight", "model.norm.weight"]
+    plan = RefitPlan.from_config(config, names)
+    assert (plan.scheme, plan.scale) == (scheme, scale)
+    assert plan.bucket_bytes == config["refit"]["bucket_size_mb"] * 2**20
+    assert plan.is_fp8(names[0]) is (scheme != "bf16") and not plan.is_fp8(names[1])
 
 
 def test_plan_rejects_what_it_cannot_produce() -> None:

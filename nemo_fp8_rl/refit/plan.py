@@ -201,10 +201,17 @@ def _scheme_from_config(config: Mapping[str, Any]) -> Scheme:
 
 
 def _uses_pow2(vllm: Mapping[str, Any], scheme: Scheme) -> bool:
+    """Power-of-2 scales: asked for, or block weights that DeepGEMM may requantize (UE8M0).
+
+    Power-of-2 scales are exact under both engine behaviours, so any sign of DeepGEMM
+    (`use_deep_gemm`, or `VLLM_USE_DEEP_GEMM_E8M0=1` in `vllm_cfg.env_vars`) selects them.
+    """
     if vllm.get("pow2_weight_scaling_factors"):
         return True
-    env = vllm.get("env_vars") or {}
-    deep_gemm = bool(vllm.get("use_deep_gemm")) and str(env.get("VLLM_USE_DEEP_GEMM", "1")) != "0"
+    env = {k: str(v) for k, v in (vllm.get("env_vars") or {}).items()}
+    if env.get("VLLM_USE_DEEP_GEMM") == "0":
+        return False
+    deep_gemm = bool(vllm.get("use_deep_gemm")) or env.get("VLLM_USE_DEEP_GEMM_E8M0") == "1"
     return scheme == "block" and deep_gemm
 
 

@@ -171,7 +171,8 @@ class _Converter:
         if len(members) < self.group_sizes[group[0]]:
             return []
         del self.pending[group[0]]
-        return _quantize_group([(n, t) for _, n, t in sorted(members)], self.plan)
+        members.sort(key=lambda m: m[0])
+        return _quantize_group([(n, t) for _, n, t in members], self.plan)
 
     def finish(self) -> None:
         if self.pending:
