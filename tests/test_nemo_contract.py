@@ -289,3 +289,35 @@ def test_everything_the_runner_imports_resolves() -> None:
     assert all(map(callable, (get_tokenizer, setup_response_data, init_ray)))
     params = inspect.signature(configure_generation_config).parameters
     assert {"has_refit_draft_weights", "trains_mtp"} <= set(params)
+
+
+def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_path) -> None:
+    """NeMo RL's Logger (TensorBoard backend) behind the tee: same names and values in both."""
+    from nemo_rl.utils.logger import Logger
+
+    from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
+    from nemo_fp8_rl.runs import find_event_files, merge_rows, read_event_file, read_jsonl
+
+    cfg = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8").config["logger"]
+    cfg = {**cfg, "log_dir": str(tmp_path / "logs"), "wandb_enabled": False}
+    cfg.update(tensorboard_enabled=True, mlflow_enabled=False, swanlab_enabled=False)
+    cfg["monitor_gpus"] = False
+    tee = MetricsTee(Logger(cfg), tmp_path / "metrics.jsonl")
+    tee.log_metrics({"loss": 0.25, "calib_low": 0.78, "calib_alpha": 0.031}, 1, prefix="train")
+    tee.log_metrics({"shadow": 1.5}, 1, prefix="timing/train")
+    tee.log_metrics({"loss": 0.2, "calib_low": 0.78}, 2, prefix="train")
+    for backend in getattr(tee, "loggers", []):
+        writer = getattr(backend, "writer", None)
+        if writer is not None:
+            writer.flush()
+    jsonl, _ = read_jsonl(tmp_path / "metrics.jsonl")
+    events = merge_rows(read_event_file(p)[0] for p in find_event_files(tmp_path / "logs"))
+    assert jsonl[1] == {
+        "train/loss": 0.25,
+        "train/calib_low": 0.78,
+        "train/calib_alpha": 0.031,
+        "timing/train/shadow": 1.5,
+    }
+    for step, row in jsonl.items():
+        for name, value in row.items():
+            assert events[step][name] == pytest.approx(value, rel=1e-6), (step, name)
