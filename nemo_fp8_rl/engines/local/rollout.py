@@ -99,3 +99,7 @@ class Rollout:
             texts = decode_completions(self.tokenizer, gen.response_ids)
             out[f"validation/{name}"] = float(exact_match_reward(texts, problems.answers).mean())
         return out
+
+    def ping(self) -> bool:
+        """Liveness check for the driver (returns once the engine is constructed)."""
+        return True

@@ -190,21 +190,28 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     model_info = None
     if not (resume and (run_dir / "model" / "config.json").exists()):
         model_info = prepare_model(recipe, run_dir, local)
+    t_model = time.perf_counter()
     started = start_ray()
+    t_ray = time.perf_counter()
     try:
         trainer, rollout = make_actors(cfg, str(run_dir / "model"), local.num_threads)
-        rundir.write_environment(
-            run_dir,
-            {
-                "num_threads": local.num_threads,
-                "warmup": model_info,
-                "resume": resume,
-                "setup_seconds": time.perf_counter() - t0,
+        ray.get([trainer.ping.remote(), rollout.ping.remote()])
+        extra = {
+            "num_threads": local.num_threads,
+            "warmup": model_info,
+            "resume": resume,
+            "seconds": {
+                "model_and_warmup": t_model - t0,
+                "ray_start": t_ray - t_model,
+                "actors_ready": time.perf_counter() - t_ray,
             },
-        )
+        }
+        rundir.write_environment(run_dir, extra)
         Loop(recipe, run_dir, trainer, rollout).run(
             resume=resume, progress=progress and local.progress
         )
+        extra["seconds"]["total"] = time.perf_counter() - t0
+        rundir.write_environment(run_dir, extra)
     finally:
         if started:
             ray.shutdown()
