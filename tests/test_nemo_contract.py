@@ -321,3 +321,30 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
     for step, row in jsonl.items():
         for name, value in row.items():
             assert events[step][name] == pytest.approx(value, rel=1e-6), (step, name)
+
+
+def test_calibrator_state_survives_nemo_rl_checkpoint_manager(tmp_path) -> None:
+    """Saved through ShadowPolicy into NeMo RL's tmp step folder, renamed by NeMo RL, restored."""
+    from nemo_rl.utils.checkpoint import CheckpointManager
+    from test_nemo_fakes import FakeNemoPolicy, make_batch
+
+    from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy
+
+    overrides = ["loss_fn.calibration.min_tokens=8", "loss_fn.calibration.max_step_low=0.2"]
+    recipe = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8", overrides, run_dir=tmp_path / "run")
+    manager = CheckpointManager(to_nemo_config(recipe)["checkpointing"])
+    policy, loss = FakeNemoPolicy(lr=6.0), runner.build_loss(recipe, None)
+    shadow = ShadowPolicy(policy, loss, start_step=0, global_batch_size=8, switch=policy.switch)
+    shadow.train(make_batch(policy), loss)
+    assert loss.calibrator.bounds != loss.calibrator.nominal
+    path = manager.init_tmp_checkpoint(1, {"total_steps": 1})
+    shadow.save_checkpoint(
+        weights_path=os.path.join(path, "policy", "weights"),
+        optimizer_path=None,
+        tokenizer_path=None,
+    )
+    manager.finalize_checkpoint(path)
+    latest = manager.get_latest_checkpoint_path()
+    assert Path(latest).name == "step_1"
+    assert runner.build_loss(recipe, latest).calibrator.bounds == loss.calibrator.bounds
