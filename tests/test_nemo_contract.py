@@ -335,7 +335,14 @@ def test_calibrator_state_survives_nemo_rl_checkpoint_manager(tmp_path) -> None:
     recipe = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8", overrides, run_dir=tmp_path / "run")
     manager = CheckpointManager(to_nemo_config(recipe)["checkpointing"])
     policy, loss = FakeNemoPolicy(lr=6.0), runner.build_loss(recipe, None)
-    shadow = ShadowPolicy(policy, loss, start_step=0, global_batch_size=8, switch=policy.switch)
+    shadow = ShadowPolicy(
+        policy,
+        loss,
+        start_step=0,
+        global_batch_size=8,
+        switch=policy.switch,
+        hold_schedule=policy.hold_schedule,
+    )
     shadow.train(make_batch(policy), loss)
     assert loss.calibrator.bounds != loss.calibrator.nominal
     path = manager.init_tmp_checkpoint(1, {"total_steps": 1})

@@ -42,13 +42,17 @@ class FakeNemoPolicy:
         self.out = (torch.randn(HIDDEN, VOCAB, generator=gen) * 0.7).requires_grad_()
         self.dp, self.lr, self.mbs = dp, lr, mbs
         self.fp8_on = True
+        self.schedule_ticks, self.schedule_held = 0, False  # NeMo RL: one tick per train() call
         self.calls: list[tuple[str, bool, int]] = []  # (method, fp8_on, rows)
         self.train_sizes: list[int] = []
         self.saved: list[str] = []
 
-    # the precision switch the engine drives through the workers
+    # the two worker controls the engine drives
     def switch(self, enabled: bool) -> None:
         self.fp8_on = enabled
+
+    def hold_schedule(self, held: bool) -> None:
+        self.schedule_held = held
 
     def _logprobs_all(self, input_ids: torch.Tensor) -> torch.Tensor:
         """[B, S-1] log-prob of token t+1 given token t (FP8-emulated weights when on)."""
@@ -111,6 +115,8 @@ class FakeNemoPolicy:
             losses.append(total)
             if not eval_mode:
                 grad_norm = self._step()
+        if not eval_mode and not self.schedule_held:
+            self.schedule_ticks += 1
         merged: dict[str, list] = {}
         for rank_metrics in per_rank:  # Policy.train extends the lists rank after rank
             for m in rank_metrics:
@@ -123,10 +129,11 @@ class FakeNemoPolicy:
         }
 
     def _step(self) -> torch.Tensor:
+        lr = self.lr * (1.0 + 0.5 * self.schedule_ticks)  # a schedule that moves every tick
         with torch.no_grad():
             norm = torch.sqrt(sum((p.grad**2).sum() for p in (self.emb, self.out)))
             for p in (self.emb, self.out):
-                p -= self.lr * p.grad
+                p -= lr * p.grad
                 p.grad = None
         return norm
 

@@ -34,7 +34,14 @@ def _loss(*overrides: str) -> NemoCalibratedLoss:
 
 
 def _shadow(policy: FakeNemoPolicy, loss: NemoCalibratedLoss, start: int = 0) -> ShadowPolicy:
-    return ShadowPolicy(policy, loss, start_step=start, global_batch_size=GBS, switch=policy.switch)
+    return ShadowPolicy(
+        policy,
+        loss,
+        start_step=start,
+        global_batch_size=GBS,
+        switch=policy.switch,
+        hold_schedule=policy.hold_schedule,
+    )
 
 
 def _bf16_passes(policy: FakeNemoPolicy) -> list[int]:
@@ -60,6 +67,7 @@ def test_schedule_runs_shadow_passes_only_on_calibration_steps() -> None:
     # interval 2 from step 0: steps 0, 2, 4. In-loop: whole batch, then mini-batches 2..n.
     assert passes == [[32, 8, 8, 8], [], [32, 8, 8, 8], [], [32, 8, 8, 8]]
     assert policy.fp8_on  # always switched back
+    assert policy.schedule_ticks == 5  # one LR tick per GRPO step, split or not
 
 
 def test_in_loop_split_trains_exactly_like_one_call() -> None:
@@ -69,6 +77,7 @@ def test_in_loop_split_trains_exactly_like_one_call() -> None:
     plain = ref_policy.train(batch, _loss("loss_fn.calibration.enabled=false"), gbs=GBS)
     results = _shadow(policy, _loss()).train(batch, _loss(), gbs=GBS)  # a calibration step
     assert policy.train_sizes == [8, 8, 8, 8] and ref_policy.train_sizes == [32]
+    assert policy.schedule_ticks == ref_policy.schedule_ticks == 1 and not policy.schedule_held
     torch.testing.assert_close(policy.out, ref_policy.out)
     torch.testing.assert_close(results["loss"], plain["loss"])
     for key in ("loss", "clip_frac", "token_mult_prob_error", "calib_low", "calib_high"):

@@ -186,7 +186,11 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
     """`ShadowPolicy` around NeMo RL's policy when calibrating; the policy itself otherwise."""
     if loss_fn.calibrator is None:
         return policy
-    from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy, worker_precision_switch
+    from nemo_fp8_rl.engines.nemo.shadow import (
+        ShadowPolicy,
+        worker_precision_switch,
+        worker_schedule_hold,
+    )
 
     return ShadowPolicy(
         policy,
@@ -194,6 +198,7 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
         start_step=_total_steps(state),
         global_batch_size=recipe.config["policy"]["train_global_batch_size"],
         switch=worker_precision_switch(policy),
+        hold_schedule=worker_schedule_hold(policy),
     )
 
 

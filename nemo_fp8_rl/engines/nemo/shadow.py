@@ -23,10 +23,10 @@ replayed here into the driver's calibrator, which pools every data-parallel rank
 `update(k)` moves (L, H). The loss object, pickled again for the next `policy.train`, carries the
 new bounds to every worker: bounds computed at step k apply from step k+1 (lagged, §2.6).
 
-Splitting the step into n `policy.train` calls changes nothing the optimiser sees (one global
-batch per call, LR schedule ticked per optimiser step); `merge_train_results` rebuilds the
-single-call result, including NeMo RL's division of per-micro-batch metrics by the number of
-global batches.
+Splitting the step into n `policy.train` calls changes nothing the optimiser sees: one global
+batch per call, and the workers' LR schedule (which NeMo RL ticks once per `train` call) held
+for the first n-1 calls (`schedule_hold`). `merge_train_results` rebuilds the single-call
+result, including NeMo RL's division of per-micro-batch metrics by the number of global batches.
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV
 from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY, ShadowObservations
 
 PrecisionSwitch = Callable[[bool], None]
+ScheduleControl = Callable[[bool], None]
 # NeMo RL averages these over micro-batches instead of summing, and the worker does not divide
 # them by the number of global batches (megatron_policy_worker.train).
 _MEAN_KEYS = frozenset({"lr", "wd", "global_valid_seqs", "global_valid_toks"})
@@ -109,6 +110,16 @@ def worker_precision_switch(policy: Any) -> PrecisionSwitch:
     return switch
 
 
+def worker_schedule_hold(policy: Any) -> ScheduleControl:
+    """Hold/release the LR schedule in every policy worker (`...Worker.hold_lr_schedule`)."""
+    import ray
+
+    def hold(held: bool) -> None:
+        ray.get(policy.worker_group.run_all_workers_single_data("hold_lr_schedule", hold=held))
+
+    return hold
+
+
 class ShadowPolicy:
     """NeMo RL `Policy` with BF16 shadow passes and calibration on calibration steps.
 
@@ -118,6 +129,8 @@ class ShadowPolicy:
         start_step: steps already done (0, or NeMo RL's `total_steps` when resuming).
         global_batch_size: `policy.train_global_batch_size`.
         switch: turns FP8 compute in the workers on (True) or off (False).
+        hold_schedule: holds (True) or releases (False) the workers' LR schedule, so that a
+            split step ticks it once, like NeMo RL's single `train` call does.
     """
 
     def __init__(
@@ -128,12 +141,14 @@ class ShadowPolicy:
         start_step: int,
         global_batch_size: int,
         switch: PrecisionSwitch,
+        hold_schedule: ScheduleControl,
     ) -> None:
         self._policy = policy
         self._loss_fn = loss_fn
         self.step = start_step
         self.global_batch_size = global_batch_size
         self._switch = switch
+        self._hold_schedule = hold_schedule
         cal = loss_fn.calibrator
         self.mode = cal.cfg.mode if cal is not None else None
 
@@ -186,16 +201,21 @@ class ShadowPolicy:
         gbs = kwargs.get("gbs") or self.global_batch_size
         with self._timed(timer, "shadow"):
             bf16_old = self.bf16_logprobs(data, timer)
+        bounds = minibatch_bounds(bf16_old.shape[0], gbs)
         parts = []
-        for j, (lo, hi) in enumerate(minibatch_bounds(bf16_old.shape[0], gbs)):
-            part = data.slice(lo, hi)
-            if j == 0:
-                bf16_cur = bf16_old[lo:hi]
-            else:
-                with self._timed(timer, "shadow"):
-                    bf16_cur = self.bf16_logprobs(part, timer)
-            part[BF16_PREV], part[BF16_CURR] = bf16_old[lo:hi], bf16_cur
-            parts.append(self._policy.train(part, loss_fn, **kwargs))
+        try:
+            for j, (lo, hi) in enumerate(bounds):
+                part = data.slice(lo, hi)
+                if j == 0:
+                    bf16_cur = bf16_old[lo:hi]
+                else:
+                    with self._timed(timer, "shadow"):
+                        bf16_cur = self.bf16_logprobs(part, timer)
+                part[BF16_PREV], part[BF16_CURR] = bf16_old[lo:hi], bf16_cur
+                self._hold_schedule(j < len(bounds) - 1)  # one LR tick per step, after the last
+                parts.append(self._policy.train(part, loss_fn, **kwargs))
+        finally:
+            self._hold_schedule(False)
         observed = sum((pop_observations(p) for p in parts), ShadowObservations())
         return merge_train_results(parts), observed
 

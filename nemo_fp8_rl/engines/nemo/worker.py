@@ -14,6 +14,7 @@ from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
 
 from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
+from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
 
 WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
 
@@ -22,10 +23,21 @@ WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
     runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker")
 )  # pragma: no cover
 class ShadowMegatronPolicyWorker(MegatronPolicyWorkerImpl):
-    """`MegatronPolicyWorker` plus `set_fp8_compute`, used around `get_logprobs` for BF16 passes."""
+    """`MegatronPolicyWorker` plus the two controls the shadow passes need.
+
+    `set_fp8_compute` around `get_logprobs` gives the BF16 pass; `hold_lr_schedule` keeps the
+    LR schedule to one tick per GRPO step when a calibration step is split into several
+    `train` calls.
+    """
 
     def set_fp8_compute(self, enabled: bool) -> int:
         """FP8 compute on or off for this rank's model chunks; returns configs changed."""
         if not hasattr(self, "_fp8_switch"):
             self._fp8_switch = Fp8ComputeSwitch()
         return self._fp8_switch.set(self.model, enabled)
+
+    def hold_lr_schedule(self, hold: bool) -> bool:
+        """Hold (True) or release (False) this rank's LR/WD scheduler; returns whether it changed."""
+        if not hasattr(self, "_schedule_hold"):
+            self._schedule_hold = ScheduleHold()
+        return self._schedule_hold.set(self.scheduler, hold)
