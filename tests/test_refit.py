@@ -321,3 +321,21 @@ def test_nonfinite_count_matches_isfinite_for_every_dtype() -> None:
         assert nonfinite_count(x.to(dtype)) == 3, dtype
     assert nonfinite_count(x.to(torch.float8_e4m3fn)) == 1  # e4m3fn saturates Inf, keeps NaN
     assert nonfinite_count(torch.randn(64, 64)) == 0
+
+
+def test_stream_is_lazy_holding_one_bucket_at_a_time() -> None:
+    """The sender pulls source tensors only as buckets fill: never the whole model at once."""
+    names = [f"model.layers.{i}.mlp.down_proj.weight" for i in range(20)]
+    pulled: list[str] = []
+
+    def source():
+        for name in names:
+            pulled.append(name)
+            yield name, torch.randn(128, 256)
+
+    plan = RefitPlan.from_config(_cfg(), names, target="module")
+    per_tensor = 128 * 256 + 2 * 4  # FP8 bytes + a [1, 2] FP32 block scale
+    stream = stream_refit(source(), plan, bucket_bytes=3 * per_tensor)
+    first = next(stream)
+    assert len(first.tensors) == 6 and len(pulled) == 4  # 3 weights + scales, one pulled ahead
+    assert sum(len(b.tensors) for b in stream) == 34 and len(pulled) == 20
