@@ -16,8 +16,6 @@ Everything here is plain data and numpy: rendering lives in `nemo_fp8_rl.report`
 
 from __future__ import annotations
 
-import math
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from nemo_fp8_rl.runs import RunData, Series
+from nemo_fp8_rl.surge import detect_entropy_surges
 
 # Keys an FP8 recipe changes together with the precision switch (nemo-rl reference, section 2).
 PRECISION_PREFIXES = (
@@ -239,39 +238,9 @@ class Comparison:
     reference: int
 
 
-# The entropy-surge rule of `nemo_fp8_rl.diagnostics.EntropySurgeDetector`, with its defaults.
-# It is restated here with the standard library because that module imports torch (about 3 s of
-# CPU on import), which alone would exceed the time budget of a comparison; a test checks that
-# both give the same onsets.
-SURGE_WINDOW, SURGE_Z, SURGE_MIN_RISE, SURGE_MIN_HISTORY, SURGE_MIN_STD = 20, 3.0, 0.05, 5, 1e-3
-
-
 def entropy_surges(entropy: Series) -> list[int]:
-    """Steps where an entropy surge began (rolling z-score rule of the diagnostics detector).
-
-    With mu, sigma the mean and population std of the previous `SURGE_WINDOW` finite values, a
-    step is flagged when x - mu >= SURGE_MIN_RISE and (x - mu) / max(sigma, SURGE_MIN_STD) >=
-    SURGE_Z (once SURGE_MIN_HISTORY values are known); an onset is a flagged step whose previous
-    finite step was not flagged. Flagged values enter the window, so a lasting shift becomes the
-    new baseline.
-    """
-    window: deque[float] = deque(maxlen=SURGE_WINDOW)
-    onsets: list[int] = []
-    last_flagged = False
-    for step, value in zip(entropy.steps.tolist(), entropy.values.tolist(), strict=True):
-        if not math.isfinite(value):
-            continue
-        flagged = False
-        if len(window) >= SURGE_MIN_HISTORY:
-            mu = math.fsum(window) / len(window)
-            sigma = math.sqrt(math.fsum((x - mu) ** 2 for x in window) / len(window))
-            rise = value - mu
-            flagged = rise >= SURGE_MIN_RISE and rise / max(sigma, SURGE_MIN_STD) >= SURGE_Z
-        window.append(value)
-        if flagged and not last_flagged:
-            onsets.append(int(step))
-        last_flagged = flagged
-    return onsets
+    """Steps where an entropy surge began (`nemo_fp8_rl.surge.EntropySurgeDetector`, default rule)."""
+    return detect_entropy_surges(entropy.steps.tolist(), entropy.values.tolist())
 
 
 def summarize_run(run: RunData) -> RunSummary:
