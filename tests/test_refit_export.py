@@ -129,3 +129,14 @@ def test_export_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[s
     (tmp_path / "empty").mkdir()
     assert main(["export", str(tmp_path / "empty"), str(tmp_path / "out")]) == 2
     assert "no config.json" in capsys.readouterr().err
+
+
+def test_export_takes_the_scheme_from_a_recipe(tmp_path: Path) -> None:
+    _save_tiny(tmp_path / "src")
+    recipe = "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g-fp8"  # use_deep_gemm: true
+    args = ["export", str(tmp_path / "src"), str(tmp_path / "out"), "--recipe", recipe]
+    assert main([*args, "policy.generation.vllm_cfg.num_first_layers_in_bf16=1"]) == 0
+    tensors = _tensors(tmp_path / "out")
+    scale = tensors["model.layers.1.mlp.up_proj.weight_scale_inv"]
+    assert torch.equal(scale, torch.exp2(torch.log2(scale).round())), "scales must be powers of 2"
+    assert tensors["model.layers.0.mlp.up_proj.weight"].dtype == torch.bfloat16

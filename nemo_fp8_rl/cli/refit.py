@@ -89,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--ignore", nargs="+", metavar="KW", help="quantization_ignored_layer_kws")
     exp.add_argument("--shard-size-mb", type=int, default=4096, help="max safetensors shard size")
     exp.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides")
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if "=" not in a or a.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    args.overrides = [*args.overrides, *extra]
     if args.shard_size_mb < 1:
         parser.error("--shard-size-mb must be >= 1")
     return cmd_export(args)
