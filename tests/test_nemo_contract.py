@@ -135,6 +135,8 @@ def test_worker_extension_base_exists_in_the_tree() -> None:
     impl = classes["MegatronPolicyWorkerImpl"]
     methods = {n.name for n in impl.body if isinstance(n, ast.FunctionDef)}
     assert {"get_logprobs", "train"} <= methods and "self.model =" in worker_src
+    # the LR schedule ticks once per train() call, on the attribute hold_lr_schedule holds
+    assert "self.scheduler.step(increment=gbs)" in worker_src
     from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 
     assert callable(get_runtime_env_for_policy_worker)
