@@ -91,7 +91,10 @@ def test_bad_override_exits_2_with_message():
     assert "grpo.max_num_steps: expected integer, got string ('ten')" in proc.stderr
 
 
-@pytest.mark.parametrize("module", ["nemo_fp8_rl.recipes", "nemo_fp8_rl.train"])
+@pytest.mark.parametrize(
+    "module",
+    ["nemo_fp8_rl.recipes", "nemo_fp8_rl.train", "nemo_fp8_rl.submit", "nemo_fp8_rl.compare"],
+)
 def test_python_dash_m(module):
     proc = subprocess.run(
         [sys.executable, "-m", module, "--help"], capture_output=True, text=True, check=True
