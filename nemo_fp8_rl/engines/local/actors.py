@@ -31,8 +31,10 @@ def start_ray(num_cpus: int = 2) -> bool:
     return True
 
 
-def make_actors(config: dict[str, Any], model_dir: str, num_threads: int) -> tuple[Any, Any]:
-    """The trainer and rollout actors (one CPU each), both loading the policy from `model_dir`."""
+def make_actors(config: dict[str, Any], model_dir: str | None, num_threads: int) -> tuple[Any, Any]:
+    """The trainer and rollout actors (one CPU each). Creation returns at once; with
+    `model_dir=None` they build the model from the recipe while the caller prepares the
+    warm-started policy (then `trainer.load_policy`), so their start-up overlaps the warm-up."""
     trainer_cls = ray.remote(num_cpus=1)(Trainer)
     rollout_cls = ray.remote(num_cpus=1)(Rollout)
     trainer = trainer_cls.remote(config, model_dir, num_threads)

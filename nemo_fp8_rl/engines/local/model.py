@@ -69,6 +69,54 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     tokenizer.save_pretrained(path)
 
 
+def untied_state(model: PreTrainedModel) -> dict[str, torch.Tensor]:
+    """State dict without tensors that share storage with an earlier one (tied lm_head)."""
+    seen, state = set(), {}
+    for k, v in model.state_dict().items():
+        if v.data_ptr() not in seen:
+            seen.add(v.data_ptr())
+            state[k] = v.detach().contiguous()
+    return state
+
+
+def load_untied_state(model: PreTrainedModel, state: dict[str, torch.Tensor], where: str) -> None:
+    """Load a state dict saved without the tied LM head, refusing anything else missing."""
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    tied = {k for k in missing if k == "lm_head.weight" and model.config.tie_word_embeddings}
+    if set(missing) - tied or unexpected:
+        raise RuntimeError(
+            f"{where} does not match the model: missing {sorted(set(missing) - tied)}, "
+            f"unexpected {sorted(unexpected)}"
+        )
+
+
+def policy_from_config(
+    config: dict, model_dir: str | None
+) -> tuple[PreTrainedModel, PreTrainedTokenizerFast]:
+    """The policy model and tokenizer: loaded from `model_dir`, or (None) built from the
+    recipe's `local.model` and `grpo.seed`, for actors that receive their weights later."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from nemo_fp8_rl.config.project import LocalConfig
+    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+
+    if model_dir is not None:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        return model.eval(), AutoTokenizer.from_pretrained(model_dir)
+    tokenizer = build_tokenizer()
+    local = LocalConfig(**config["local"])
+    return build_model(local.model, tokenizer, config["grpo"]["seed"]), tokenizer
+
+
+def load_weights(model: PreTrainedModel, model_dir: str) -> None:
+    """Copy the weights of the HF checkpoint in `model_dir` into `model`, in place."""
+    from safetensors.torch import load_file
+
+    path = Path(model_dir) / "model.safetensors"
+    with torch.no_grad():
+        load_untied_state(model, load_file(path), str(path))
+
+
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions of left-padded rows: `cumsum(mask) - 1`, clamped at 0 on padding."""
     return (attention_mask.cumsum(-1) - 1).clamp(min=0)

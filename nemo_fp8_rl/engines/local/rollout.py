@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from nemo_fp8_rl.config.project import TaskConfig
 from nemo_fp8_rl.engines.local import precision
-from nemo_fp8_rl.engines.local.model import quiet_transformers
+from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
 from nemo_fp8_rl.engines.local.sampling import Generation, SamplingParams, generate
 from nemo_fp8_rl.engines.local.task import exact_match_reward, validation_problems
 from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
@@ -25,13 +24,15 @@ from nemo_fp8_rl.refit import ModuleReceiver
 class Rollout:
     """Generation engine (a Ray actor in the embedded engine; a plain object in tests)."""
 
-    def __init__(self, config: dict[str, Any], model_dir: str, num_threads: int = 1) -> None:
-        """Load the policy from `model_dir` and apply the rollout precision of the recipe."""
+    def __init__(
+        self, config: dict[str, Any], model_dir: str | None = None, num_threads: int = 1
+    ) -> None:
+        """Set up the generation model (from `model_dir`, or built from the recipe: its weights
+        arrive with the first refit anyway) with the rollout precision of the recipe."""
         torch.set_num_threads(num_threads)
         quiet_transformers()
         gen = config["policy"]["generation"]
-        self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.model, self.tokenizer = policy_from_config(config, model_dir)
         self.precision = precision.RolloutPrecision.from_config(config, self.model)
         self.precision.apply(self.model)
         self.receiver = ModuleReceiver(self.model)

@@ -187,23 +187,24 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     run_dir = Path(recipe.run_dir).resolve()
     rundir.prepare(run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume)
     t0 = time.perf_counter()
-    model_info = None
-    if not (resume and (run_dir / "model" / "config.json").exists()):
-        model_info = prepare_model(recipe, run_dir, local)
-    t_model = time.perf_counter()
     started = start_ray()
     t_ray = time.perf_counter()
     try:
-        trainer, rollout = make_actors(cfg, str(run_dir / "model"), local.num_threads)
-        ray.get([trainer.ping.remote(), rollout.ping.remote()])
+        trainer, rollout = make_actors(cfg, None, local.num_threads)
+        model_info = None
+        if not (resume and (run_dir / "model" / "config.json").exists()):
+            model_info = prepare_model(recipe, run_dir, local)
+        t_model = time.perf_counter()
+        ray.get(trainer.load_policy.remote(str(run_dir / "model")))
+        ray.get(rollout.ping.remote())
         extra = {
             "num_threads": local.num_threads,
             "warmup": model_info,
             "resume": resume,
             "seconds": {
-                "model_and_warmup": t_model - t0,
-                "ray_start": t_ray - t_model,
-                "actors_ready": time.perf_counter() - t_ray,
+                "ray_start": t_ray - t0,
+                "model_and_warmup": t_model - t_ray,
+                "actors_ready_after_warmup": time.perf_counter() - t_model,
             },
         }
         rundir.write_environment(run_dir, extra)

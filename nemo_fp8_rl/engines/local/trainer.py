@@ -22,12 +22,16 @@ from collections import defaultdict
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from nemo_fp8_rl import diagnostics as diag
 from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.batch import select
-from nemo_fp8_rl.engines.local.model import quiet_transformers, token_logprobs
+from nemo_fp8_rl.engines.local.model import (
+    load_weights,
+    policy_from_config,
+    quiet_transformers,
+    token_logprobs,
+)
 from nemo_fp8_rl.loss import CalibratedClippedPGLoss, derive_sign_fractions
 from nemo_fp8_rl.refit import RefitPlan, stream_refit
 
@@ -38,15 +42,18 @@ _EXTREMES |= {"probs_ratio_max": max, "probs_ratio_clamped_max": max}
 class Trainer:
     """Policy trainer (a Ray actor in the embedded engine; a plain object in tests)."""
 
-    def __init__(self, config: dict[str, Any], model_dir: str, num_threads: int = 1) -> None:
-        """Load the initial policy from `model_dir` and set up precision, optimiser and loss."""
+    def __init__(
+        self, config: dict[str, Any], model_dir: str | None = None, num_threads: int = 1
+    ) -> None:
+        """Set up the policy (from `model_dir`, or built from the recipe until `load_policy`),
+        its precision, the optimiser and the loss."""
         torch.set_num_threads(num_threads)
         quiet_transformers()
         policy = config["policy"]
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.model, _ = policy_from_config(config, model_dir)
         self.reference = None
-        if config["loss_fn"]["reference_policy_kl_penalty"] > 0:
-            self.reference = copy.deepcopy(self.model).requires_grad_(False)
+        self.use_reference = config["loss_fn"]["reference_policy_kl_penalty"] > 0
+        self._snapshot_reference()
         self.precision = precision.TrainingPrecision.from_config(config)
         self.precision.apply(self.model)
         opt = policy["megatron_cfg"]["optimizer"]
@@ -70,6 +77,16 @@ class Trainer:
         n = config["grpo"]["num_prompts_per_step"] * config["grpo"]["num_generations_per_prompt"]
         if self.loss_fn.calibrator is not None:
             self.loss_fn.calibrator.set_updates_per_step(n // self.gbs)
+
+    def _snapshot_reference(self) -> None:
+        """Freeze a copy of the current weights as the KL reference policy (when KL is on)."""
+        if self.use_reference:
+            self.reference = copy.deepcopy(self.model).requires_grad_(False)
+
+    def load_policy(self, model_dir: str) -> None:
+        """Load the initial policy's weights (the warm-started HF checkpoint) in place."""
+        load_weights(self.model, model_dir)
+        self._snapshot_reference()
 
     # ---- precision passes ----------------------------------------------------------------
     def is_shadow_step(self, step: int) -> bool:

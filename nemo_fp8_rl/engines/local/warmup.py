@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemo_fp8_rl.config.project import LocalConfig
-from nemo_fp8_rl.engines.local.model import token_logprobs
+from nemo_fp8_rl.engines.local.model import load_untied_state, token_logprobs, untied_state
 from nemo_fp8_rl.engines.local.task import sample_problems
 
 CACHE_VERSION = 1
@@ -70,27 +70,6 @@ def _sft_batch(
     return ids, attn, loss_mask
 
 
-def _untied_state(model: PreTrainedModel) -> dict[str, torch.Tensor]:
-    """State dict without tensors that share storage with an earlier one (tied lm_head)."""
-    seen, state = set(), {}
-    for k, v in model.state_dict().items():
-        if v.data_ptr() not in seen:
-            seen.add(v.data_ptr())
-            state[k] = v.detach().contiguous()
-    return state
-
-
-def _load_untied(model: PreTrainedModel, state: dict[str, torch.Tensor]) -> None:
-    """Load a state dict saved by `_untied_state`, refusing anything else missing."""
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    tied = {k for k in missing if k == "lm_head.weight" and model.config.tie_word_embeddings}
-    if set(missing) - tied or unexpected:
-        raise RuntimeError(
-            f"cached warm-up does not match the model: missing {sorted(set(missing) - tied)}, "
-            f"unexpected {sorted(unexpected)}; delete {cache_root()} and run again"
-        )
-
-
 def train_warmup(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, local: LocalConfig, seed: int
 ) -> list[float]:
@@ -124,13 +103,13 @@ def warm_start(
     key = warmup_key(local, seed, tokenizer.get_vocab())
     path = cache_root() / key / "model.safetensors"
     if path.exists():
-        _load_untied(model, load_file(path))
+        load_untied_state(model, load_file(path), f"cached warm-up {path} (delete it to rebuild)")
         meta = json.loads((path.parent / "meta.json").read_text())
         return {"key": key, "cached": True, "final_loss": meta["final_loss"], "path": str(path)}
     losses = train_warmup(model, tokenizer, local, seed)
     final = losses[-1] if losses else float("nan")
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = _untied_state(model)
+    state = untied_state(model)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         save_file(state, Path(tmp) / "model.safetensors")
         (Path(tmp) / "meta.json").write_text(
