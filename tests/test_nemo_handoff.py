@@ -65,6 +65,9 @@ def test_calibration_needs_the_megatron_policy() -> None:
     cfg["policy"]["megatron_cfg"]["enabled"] = False
     problems = runner.check_recipe(dataclasses.replace(base, config=cfg))
     assert any("needs the Megatron policy" in p for p in problems)
+    cfg["policy"]["megatron_cfg"].update(enabled=True, cuda_graph_impl="local")
+    problems = runner.check_recipe(dataclasses.replace(base, config=cfg))
+    assert problems == [p for p in problems if "cuda_graph_impl: local" in p] and problems
 
 
 def test_run_dir_resume_rules(tmp_path) -> None:

@@ -54,6 +54,12 @@ def check_recipe(recipe: Recipe) -> list[str]:
             "loss_fn.calibration.enabled needs the Megatron policy (policy.megatron_cfg.enabled: "
             "true): the BF16 shadow pass switches Megatron-Core's FP8 compute off"
         )
+    graphs = cfg["policy"].get("megatron_cfg", {}).get("cuda_graph_impl", "none")
+    if calibrated and graphs not in (None, "none"):
+        problems.append(
+            f"policy.megatron_cfg.cuda_graph_impl: {graphs} with calibration: captured FP8 graphs "
+            "would replay during the BF16 shadow pass; set cuda_graph_impl: none"
+        )
     if cfg["grpo"].get("async_grpo", {}).get("enabled", False):
         problems.append("grpo.async_grpo.enabled: this engine runs synchronous GRPO; set it false")
     if (cfg.get("data_plane") or {}).get("enabled", False):
