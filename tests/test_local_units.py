@@ -112,6 +112,11 @@ def test_run_dir_of_another_recipe_is_not_overwritten(tmp_path):
     with pytest.raises(rundir.RunDirError, match="fp8_cfg.enabled"):
         rundir.prepare(tmp_path, fp8.config, fp8.to_yaml(), resume=False)
     assert (tmp_path / "metrics.jsonl").exists()
+    foreign = tmp_path / "foreign"
+    (foreign / "checkpoints").mkdir(parents=True)
+    with pytest.raises(rundir.RunDirError, match="without a recipe.yaml"):
+        rundir.prepare(foreign, bf16.config, bf16.to_yaml(), resume=False)
+    assert (foreign / "checkpoints").exists()
     longer = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16", ["grpo.max_num_steps=300"])
     rundir.prepare(tmp_path, longer.config, longer.to_yaml(), resume=True)
     assert (tmp_path / "metrics.jsonl").exists()

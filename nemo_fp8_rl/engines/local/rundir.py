@@ -77,8 +77,11 @@ def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> N
                 f"\n  {shown}\nNothing was overwritten. Pass --run-dir to write elsewhere, or "
                 f"delete {run_dir} to start over."
             )
-    elif resume and (run_dir / "checkpoints").exists():
-        raise RunDirError(f"{run_dir} has checkpoints but no recipe.yaml; cannot verify --resume")
+    elif any((run_dir / x).exists() for x in ("checkpoints", "metrics.jsonl", "logs")):
+        raise RunDirError(
+            f"{run_dir} holds a run without a recipe.yaml, so it cannot be checked against this "
+            f"recipe; nothing was overwritten. Pass --run-dir to write elsewhere, or delete {run_dir}."
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         for stale in ("checkpoints", "logs", "metrics.jsonl"):
