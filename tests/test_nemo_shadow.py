@@ -134,12 +134,16 @@ def test_end_of_step_mode_probes_new_weights_without_training_on_them() -> None:
     assert "calib_n_neg" in metrics
 
 
-def test_uncalibrated_loss_passes_through() -> None:
-    policy, loss = FakeNemoPolicy(), _loss("loss_fn.calibration.enabled=false")
+def test_uncalibrated_loss_passes_through_with_sign_fractions() -> None:
+    policy, loss = FakeNemoPolicy(lr=6.0), _loss("loss_fn.calibration.enabled=false")
     shadow = _shadow(policy, loss)
-    shadow.train(make_batch(policy), loss)
-    assert _bf16_passes(policy) == []
+    batch = make_batch(policy)
+    metrics = shadow.train(batch, loss)["all_mb_metrics"]
+    assert _bf16_passes(policy) == [] and not any(k.startswith("calib_a") for k in metrics)
     assert shadow.offload_after_refit() == "offloaded"
+    lower, neg = sum(metrics["clip_lower_frac"]), sum(metrics["neg_token_frac"])
+    assert 0 < neg < 1 and metrics["clip_lower_frac_neg"] == [pytest.approx(lower / neg)]
+    assert len(metrics["clip_upper_frac_pos"]) == len(metrics["clip_dual_frac_neg"]) == 1
 
 
 def test_stray_observations_on_a_normal_step_are_an_error() -> None:

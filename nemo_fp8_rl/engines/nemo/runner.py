@@ -189,9 +189,11 @@ def build_loss(recipe: Recipe, checkpoint_path: str | None) -> NemoCalibratedLos
 
 
 def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state: Any) -> Any:
-    """`ShadowPolicy` around NeMo RL's policy when calibrating; the policy itself otherwise."""
-    if loss_fn.calibrator is None:
-        return policy
+    """`ShadowPolicy` around NeMo RL's policy (shadow passes only when calibrating).
+
+    Without calibration the worker controls are never called (no calibration step), so the
+    plain `MegatronPolicyWorker` is enough; the wrapper still adds the per-sign clip fractions.
+    """
     from nemo_fp8_rl.engines.nemo.shadow import (
         ShadowPolicy,
         worker_precision_switch,

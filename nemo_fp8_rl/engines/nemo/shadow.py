@@ -1,7 +1,8 @@
 """BF16 shadow passes and calibration around NeMo RL's `policy.train` (driver side).
 
 `ShadowPolicy` wraps NeMo RL's `Policy` and is what `grpo_train` receives. Every attribute is
-the wrapped policy's except `train` and `save_checkpoint`. On a calibration step k
+the wrapped policy's except `train` and `save_checkpoint`. On every step `train` adds the
+per-sign clip fractions (`clip_lower_frac_neg`, `clip_upper_frac_pos`, `clip_dual_frac_neg`). On a calibration step k
 (`calibrator.is_calibration_step(k)`), with N rollout samples and G = train_global_batch_size
 (n = N / G optimiser steps; NeMo RL's global batch j is rows [jG, (j+1)G)):
 
@@ -42,6 +43,7 @@ import torch
 from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
 from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV
 from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY, ShadowObservations
+from nemo_fp8_rl.loss import derive_sign_fractions
 
 PrecisionSwitch = Callable[[bool], None]
 ScheduleControl = Callable[[bool], None]
@@ -51,6 +53,9 @@ _MEAN_KEYS = frozenset({"lr", "wd", "global_valid_seqs", "global_valid_toks"})
 # Calibrator statistics logged once per calibration step (the bounds in force, `calib_low` /
 # `calib_high`, come from the loss as summable per-micro-batch shares).
 _UPDATE_SKIP = frozenset({"calib_low", "calib_high"})
+_SIGN_PARTS = frozenset(
+    {"clip_lower_frac", "clip_upper_frac", "clip_dual_frac", "neg_token_frac", "pos_token_frac"}
+)
 
 
 def minibatch_bounds(batch_size: int, global_batch_size: int) -> list[tuple[int, int]]:
@@ -178,7 +183,7 @@ class ShadowPolicy:
         step, self.step = self.step, self.step + 1
         cal = getattr(loss_fn, "calibrator", None)
         if cal is None:
-            return self._policy.train(data, loss_fn, **kwargs)
+            return self._with_metrics(self._policy.train(data, loss_fn, **kwargs), {})
         if not cal.is_calibration_step(step):
             results = self._policy.train(data, loss_fn, **kwargs)
             stray = pop_observations(results)
@@ -231,9 +236,15 @@ class ShadowPolicy:
 
     @staticmethod
     def _with_metrics(results: dict, update: dict[str, float]) -> dict:
-        """Add the calibrator's per-step values as one-element lists (NeMo RL sums lists)."""
+        """Add per-step values as one-element lists (NeMo RL sums lists before logging).
+
+        The values: the calibrator's update, and the per-sign clip fractions, which are ratios
+        of sums over all micro-batches (`derive_sign_fractions`), so they cannot come from the
+        loss's summable per-micro-batch metrics.
+        """
         metrics = results.setdefault("all_mb_metrics", {})
-        for key, value in update.items():
+        summed = {k: float(sum(v)) for k, v in metrics.items() if k in _SIGN_PARTS}
+        for key, value in {**update, **derive_sign_fractions(summed)}.items():
             if key not in _UPDATE_SKIP:
                 metrics[key] = [float(value)]
         return results
