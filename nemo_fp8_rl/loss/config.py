@@ -13,31 +13,48 @@ from typing import Any
 
 from nemo_fp8_rl.config.project import CalibrationConfig
 
-try:  # NeMo RL's own enums when it is importable, so its trainers accept this loss unchanged.
-    from nemo_rl.algorithms.loss.interfaces import LossInputType, LossType, MetricNormalizer
-except ImportError:
 
-    class LossType(enum.Enum):  # type: ignore[no-redef]
-        """Same members and values as `nemo_rl.algorithms.loss.interfaces.LossType`."""
+class _LossType(enum.Enum):
+    """Same members and values as `nemo_rl.algorithms.loss.interfaces.LossType`."""
 
-        TOKEN_LEVEL = "token_level"
-        SEQUENCE_LEVEL = "sequence_level"
+    TOKEN_LEVEL = "token_level"
+    SEQUENCE_LEVEL = "sequence_level"
 
-    class LossInputType(enum.Enum):  # type: ignore[no-redef]
-        """Same members and values as NeMo RL's `LossInputType`."""
 
-        LOGIT = "logit"
-        LOGPROB = "logprob"
-        DISTILLATION = "distillation"
-        DISTILLATION_CROSS_TOKENIZER = "distillation_cross_tokenizer"
-        DRAFT = "draft"
+class _LossInputType(enum.Enum):
+    """Same members and values as NeMo RL's `LossInputType`."""
 
-    class MetricNormalizer(enum.Enum):  # type: ignore[no-redef]
-        """Same members and values as NeMo RL's `MetricNormalizer`."""
+    LOGIT = "logit"
+    LOGPROB = "logprob"
+    DISTILLATION = "distillation"
+    DISTILLATION_CROSS_TOKENIZER = "distillation_cross_tokenizer"
+    DRAFT = "draft"
 
-        TOKENS = "tokens"
-        SEQUENCES = "sequences"
-        NONE = "none"
+
+class _MetricNormalizer(enum.Enum):
+    """Same members and values as NeMo RL's `MetricNormalizer` (absent before v0.8 sources)."""
+
+    TOKENS = "tokens"
+    SEQUENCES = "sequences"
+    NONE = "none"
+
+
+def _nemo_rl_enum(name: str, fallback: type[enum.Enum]) -> type[enum.Enum]:
+    """NeMo RL's own enum when importable (its trainers compare by identity), else the copy.
+
+    Each enum is looked up on its own: NeMo RL v0.7.0 has `LossType`/`LossInputType` but no
+    `MetricNormalizer`, and must still receive its own `LossInputType`.
+    """
+    try:
+        from nemo_rl.algorithms.loss import interfaces
+    except ImportError:
+        return fallback
+    return getattr(interfaces, name, fallback)
+
+
+LossType = _nemo_rl_enum("LossType", _LossType)
+LossInputType = _nemo_rl_enum("LossInputType", _LossInputType)
+MetricNormalizer = _nemo_rl_enum("MetricNormalizer", _MetricNormalizer)
 
 
 _TIS_TYPES = ("tis", "icepop", "seq-mask-tis")
