@@ -50,26 +50,12 @@ def shadow_view(data: Mapping[str, Any]) -> Mapping[str, Any]:
     return view
 
 
-def _logprob_input_type() -> Any:
-    """NeMo RL's own `LossInputType.LOGPROB` when importable, else the project loss's.
-
-    NeMo RL's `prepare_loss_input` compares `loss_fn.input_type` with its enum, and enum
-    members of two classes never compare equal. NeMo RL v0.7.0 has `LossInputType` but not
-    `MetricNormalizer`, so the project loss (which imports the three together) falls back to its
-    own copies there; the input type is resolved here on its own so that v0.7.0 still hands the
-    loss log-probs.
-    """
-    try:
-        from nemo_rl.algorithms.loss.interfaces import LossInputType
-    except ImportError:
-        return CalibratedClippedPGLoss.input_type
-    return LossInputType.LOGPROB
-
-
 class NemoCalibratedLoss(CalibratedClippedPGLoss):
-    """`CalibratedClippedPGLoss` for NeMo RL's Megatron workers (pass to `grpo_train`)."""
+    """`CalibratedClippedPGLoss` for NeMo RL's Megatron workers (pass to `grpo_train`).
 
-    input_type = _logprob_input_type()
+    Its `input_type` is NeMo RL's own `LossInputType.LOGPROB` when NeMo RL is importable
+    (`nemo_fp8_rl.loss.config`), which `prepare_loss_input` compares by identity.
+    """
 
     def __call__(
         self,
