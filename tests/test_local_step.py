@@ -93,3 +93,10 @@ def test_fp8_kv_cache_scales_travel_with_the_refit(tmp_path, monkeypatch):
     scales = [(s.k_scale, s.v_scale) for s in kv_states(rollout.model)]
     assert len(scales) == 2 and all(0 < k < 1 and 0 < v < 1 for k, v in scales), scales
     assert scales == [(s.k_scale, s.v_scale) for s in kv_states(trainer.model)]
+
+
+def test_llama_architecture_runs_a_step(tmp_path, monkeypatch):
+    arch = ("local.model.arch=llama",)
+    trainer, rollout, m = _step("grpo-tiny-qwen3-cpu-fp8", tmp_path, monkeypatch, arch)
+    assert type(trainer.model).__name__ == "LlamaForCausalLM"
+    assert math.isfinite(m["train/loss"]) and m["train/prob_nmae"] > 0
