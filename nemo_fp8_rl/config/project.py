@@ -88,9 +88,13 @@ class TaskConfig(_Section):
 
 
 class WarmupConfig(_Section):
-    """Supervised warm-up so GRPO starts from a policy that sometimes succeeds (cached per config)."""
+    """Supervised warm-up so GRPO starts from a policy that sometimes succeeds (cached per config).
 
-    steps: int = Field(250, ge=0)
+    350 steps (batch 128, lr 2e-3) take the tiny Qwen3 past its phase transition to about 0.38
+    greedy accuracy on two-digit addition (seed 1); 250 steps stop just before it.
+    """
+
+    steps: int = Field(350, ge=0)
     batch_size: int = Field(128, ge=1)
     lr: float = Field(2.0e-3, gt=0.0)
 
