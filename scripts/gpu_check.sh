@@ -25,11 +25,24 @@ step() {  # step NAME COMMAND... : run, tee the log, record pass/fail
 }
 
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-step sync uv sync --extra gpu
-step gpu_tests uv run pytest -m gpu -q -rs
-step bench_quant_blockwise uv run python benchmarks/bench_quant.py --device cuda --repeats 20
-step bench_quant_blockwise_pow2 uv run python benchmarks/bench_quant.py --device cuda --repeats 20 --spec blockwise_pow2
-step bench_quant_rowwise uv run python benchmarks/bench_quant.py --device cuda --repeats 20 --spec rowwise
+# Python: the project's uv environment when it can be built; on an offline GPU machine, the
+# machine's own python3 (with CUDA torch and Triton) running this checkout, plus any wheels
+# carried in .whl/ (e.g. pydantic, pydantic-core, ray) installed to a scratch folder.
+if command -v uv >/dev/null 2>&1 && uv sync --extra gpu >"$log_dir/sync.log" 2>&1; then
+  py=(uv run python)
+  summary+=("PASS  sync (uv environment)")
+else
+  py=(python3)
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+  if compgen -G ".whl/*.whl" >/dev/null; then
+    python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH="/tmp/site:$PYTHONPATH"
+  fi
+  summary+=("NOTE  sync: no uv environment, using $(command -v python3) with this checkout on PYTHONPATH")
+fi
+step gpu_tests "${py[@]}" -m pytest -m gpu -q -rs -p no:cacheprovider
+step bench_quant_blockwise "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20
+step bench_quant_blockwise_pow2 "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20 --spec blockwise_pow2
+step bench_quant_rowwise "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20 --spec rowwise
 
 echo
 echo "=== summary"
