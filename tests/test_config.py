@@ -236,12 +236,17 @@ RULE_CASES = {
     "cpu_refuses_gpu_features": (
         TINY_FP8,
         "policy:\n  generation:\n    vllm_cfg:\n      is_mx: true\n",
-        "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs (cluster.gpus_per_node is 0: the embedded CPU engine). Fix: set it to false",
+        "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs (cluster.gpus_per_node is 0: the embedded CPU engine). Fix: set policy.generation.vllm_cfg.is_mx=false",
     ),
     "cpu_refuses_model_parallelism": (
         TINY_BF16,
         "policy:\n  megatron_cfg:\n    tensor_model_parallel_size: 2\n",
-        "policy.megatron_cfg.tensor_model_parallel_size: model parallelism needs GPUs (cluster.gpus_per_node is 0). Fix: set it to 1",
+        "policy.megatron_cfg.tensor_model_parallel_size: model parallelism needs several GPUs (cluster.gpus_per_node is 0: the embedded CPU engine). Fix: set policy.megatron_cfg.tensor_model_parallel_size=1",
+    ),
+    "cpu_one_node": (
+        TINY_BF16,
+        "cluster:\n  num_nodes: 2\n",
+        "cluster.num_nodes: the embedded engine places one trainer and one rollout engine",
     ),
     "model_named": (
         TINY_BF16,

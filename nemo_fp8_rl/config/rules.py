@@ -257,43 +257,68 @@ def tensor_parallel_batches(config: dict, prov: dict[str, str]) -> list[ConfigIs
     return []
 
 
+# (key, value the CPU engine cannot honour, why, fix) for `cpu_supported_features`.
+_CPU_REFUSED = (
+    (f"{VLLM}.is_mx", True, "MXFP8 rollout needs Blackwell GPUs", f"set {VLLM}.is_mx=false"),
+    (
+        f"{MCORE}.fp8_cfg.fp8_param",
+        True,
+        "FP8 primary weights are a Transformer Engine GPU feature (and leave no BF16 reference)",
+        f"set {MCORE}.fp8_cfg.fp8_param=false",
+    ),
+    (
+        f"{MCORE}.fp8_cfg.fp8_recipe",
+        "mxfp8",
+        "MXFP8 training needs Blackwell GPUs",
+        "use blockwise or tensorwise",
+    ),
+    (
+        f"{VLLM}.async_engine",
+        True,
+        "asynchronous generation needs vLLM on a GPU",
+        f"set {VLLM}.async_engine=false",
+    ),
+    (
+        "grpo.async_grpo.enabled",
+        True,
+        "asynchronous GRPO needs vLLM on a GPU",
+        "set grpo.async_grpo.enabled=false",
+    ),
+)
+_CPU_PARALLEL = (
+    f"{MCORE}.tensor_model_parallel_size",
+    f"{MCORE}.pipeline_model_parallel_size",
+    f"{MCORE}.context_parallel_size",
+    f"{MCORE}.expert_model_parallel_size",
+    f"{VLLM}.tensor_parallel_size",
+    f"{VLLM}.pipeline_parallel_size",
+)
+
+
 def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     """On `gpus_per_node: 0` (the embedded engine) GPU-only features are refused with what to change."""
     if _get(config, "cluster.gpus_per_node") != 0:
         return []
-    gpu_only = {
-        f"{VLLM}.is_mx": (True, "MXFP8 rollout needs Blackwell GPUs", "set it to false"),
-        f"{MCORE}.fp8_cfg.fp8_param": (
-            True,
-            "FP8 primary weights need Transformer Engine on a GPU",
-            "set it to false",
-        ),
-        f"{VLLM}.async_engine": (True, "the async vLLM engine needs a GPU", "set it to false"),
-        f"{MCORE}.fp8_cfg.fp8_recipe": (
-            "mxfp8",
-            "MXFP8 training needs Blackwell GPUs",
-            "use blockwise or tensorwise",
-        ),
-    }
+    where = "cluster.gpus_per_node is 0: the embedded CPU engine"
     out = [
-        _issue(prov, key, f"{why} (cluster.gpus_per_node is 0: the embedded CPU engine)", fix)
-        for key, (bad, why, fix) in gpu_only.items()
+        _issue(prov, key, f"{why} ({where})", fix)
+        for key, bad, why, fix in _CPU_REFUSED
         if _get(config, key) == bad
     ]
-    for key in (
-        f"{MCORE}.tensor_model_parallel_size",
-        f"{MCORE}.pipeline_model_parallel_size",
-        f"{VLLM}.tensor_parallel_size",
-    ):
-        if _get(config, key, 1) != 1:
-            out.append(
-                _issue(
-                    prov,
-                    key,
-                    "model parallelism needs GPUs (cluster.gpus_per_node is 0)",
-                    "set it to 1",
-                )
+    out += [
+        _issue(prov, key, f"model parallelism needs several GPUs ({where})", f"set {key}=1")
+        for key in _CPU_PARALLEL
+        if (_get(config, key) or 1) != 1
+    ]
+    if _get(config, "cluster.num_nodes", 1) != 1:
+        out.append(
+            _issue(
+                prov,
+                "cluster.num_nodes",
+                f"the embedded engine places one trainer and one rollout engine ({where})",
+                "set cluster.num_nodes=1 (a Slurm job may still span nodes: nemo_fp8_rl.submit --nodes N)",
             )
+        )
     return out
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from nemo_fp8_rl.config import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.rules import cpu_supported_features
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.fp8.emulation import (
     FP8EmulatedLinear,
@@ -42,79 +43,35 @@ from nemo_fp8_rl.refit import RefitPlan
 _TRAIN_RECIPES = ("blockwise", "tensorwise")
 
 
-def _issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
-    """GPU-only features a CPU recipe asks for, each with the key and the fix."""
-    pol, gen = cfg["policy"], cfg["policy"]["generation"]
-    meg, vllm = pol.get("megatron_cfg") or {}, gen.get("vllm_cfg") or {}
-    fp8 = meg.get("fp8_cfg") or {}
-    out = []
-
-    def need(ok: bool, key: str, problem: str, fix: str) -> None:
-        if not ok:
-            out.append(ConfigIssue(key, problem, fix, "embedded CPU engine"))
-
-    need(
-        cfg["cluster"]["gpus_per_node"] == 0,
-        "cluster.gpus_per_node",
-        f"the embedded engine runs on CPU, but the recipe asks for {cfg['cluster']['gpus_per_node']} GPUs per node",
-        "set cluster.gpus_per_node=0, or run it with the NeMo RL engine (--engine nemo) on a GPU machine",
-    )
-    need(
-        not fp8.get("fp8_param"),
-        "policy.megatron_cfg.fp8_cfg.fp8_param",
-        "FP8 parameter storage is a Transformer Engine GPU feature (and leaves no BF16 reference)",
-        "set policy.megatron_cfg.fp8_cfg.fp8_param=false",
-    )
-    recipe = fp8.get("fp8_recipe", "blockwise")
-    need(
-        not fp8.get("enabled") or recipe in _TRAIN_RECIPES,
-        "policy.megatron_cfg.fp8_cfg.fp8_recipe",
-        f"{recipe!r} training needs a GPU kernel the CPU emulation does not reproduce exactly",
-        f"use one of {list(_TRAIN_RECIPES)}",
-    )
-    need(
-        fp8.get("fp8", "e4m3") in ("e4m3", "hybrid"),
-        "policy.megatron_cfg.fp8_cfg.fp8",
-        f"unknown FP8 format {fp8.get('fp8')!r}",
-        "use 'e4m3' or 'hybrid'",
-    )
-    need(
-        not vllm.get("async_engine") and not cfg["grpo"].get("async_grpo", {}).get("enabled"),
-        "policy.generation.vllm_cfg.async_engine",
-        "asynchronous generation needs vLLM on a GPU",
-        "set policy.generation.vllm_cfg.async_engine=false and grpo.async_grpo.enabled=false",
-    )
-    for key in (
-        "tensor_model_parallel_size",
-        "pipeline_model_parallel_size",
-        "context_parallel_size",
-        "expert_model_parallel_size",
-    ):
-        need(
-            (meg.get(key) or 1) == 1,
-            f"policy.megatron_cfg.{key}",
-            "model parallelism needs several GPUs",
-            f"set policy.megatron_cfg.{key}=1",
-        )
-    for key in ("tensor_parallel_size", "pipeline_parallel_size"):
-        need(
-            (vllm.get(key) or 1) == 1,
-            f"policy.generation.vllm_cfg.{key}",
-            "model-parallel generation needs several GPUs",
-            f"set policy.generation.vllm_cfg.{key}=1",
-        )
-    need(
-        cfg["cluster"].get("num_nodes", 1) == 1,
-        "cluster.num_nodes",
-        "the embedded engine places one trainer and one rollout engine",
-        "set cluster.num_nodes=1",
-    )
-    return out
-
-
 def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
-    """Raise `RecipeError` listing every GPU-only feature the recipe asks of the CPU engine."""
-    issues = _issues(cfg)
+    """Raise `RecipeError` listing every GPU-only feature the recipe asks of the CPU engine.
+
+    The list of refused features is the config rule `cpu_supported_features` (also checked when
+    the recipe is loaded); this adds the engine's own precondition, a CPU recipe, and the FP8
+    training recipes the emulation reproduces exactly.
+    """
+    issues = []
+    gpus = cfg["cluster"]["gpus_per_node"]
+    if gpus != 0:
+        issues.append(
+            ConfigIssue(
+                "cluster.gpus_per_node",
+                f"the embedded engine runs on CPU, but the recipe asks for {gpus} GPUs per node",
+                "set cluster.gpus_per_node=0, or run it with the NeMo RL engine (--engine nemo) on a GPU machine",
+                "embedded CPU engine",
+            )
+        )
+    fp8 = cfg["policy"]["megatron_cfg"].get("fp8_cfg") or {}
+    if fp8.get("enabled") and fp8.get("fp8_recipe", "blockwise") not in _TRAIN_RECIPES:
+        issues.append(
+            ConfigIssue(
+                "policy.megatron_cfg.fp8_cfg.fp8_recipe",
+                f"{fp8.get('fp8_recipe')!r} training is not emulated by the CPU engine",
+                f"use one of {list(_TRAIN_RECIPES)}",
+                "embedded CPU engine",
+            )
+        )
+    issues += cpu_supported_features(cfg, {})
     if issues:
         raise RecipeError(recipe_name, issues)
 
