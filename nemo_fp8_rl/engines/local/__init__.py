@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +16,10 @@ if TYPE_CHECKING:
 
 def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     """Run `recipe` on this machine's CPUs; returns the run directory (imports Ray lazily)."""
+    # Under `uv run`, Ray would package the working directory and build a second environment
+    # for its workers; they use this interpreter's environment instead (NeMo RL sets the same).
+    # Ray reads the switch when it is imported, so it is set before the runner imports Ray.
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     from nemo_fp8_rl.engines.local.runner import run as _run
 
     return _run(recipe, resume=resume, progress=progress)

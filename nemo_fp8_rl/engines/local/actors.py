@@ -18,9 +18,6 @@ def start_ray(num_cpus: int = 2) -> bool:
     """
     if ray.is_initialized():
         return False
-    # Under `uv run`, Ray would otherwise package the working directory and build a second
-    # environment for its workers; they use this interpreter's environment (as NeMo RL sets).
-    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     address = os.environ.get("RAY_ADDRESS")
     if address:
         ray.init(address=address, log_to_driver=True)
