@@ -48,9 +48,10 @@ def test_gpu_recipes_pass_the_engine_checks() -> None:
 
 
 def test_cpu_recipe_and_unsupported_options_are_reported_together() -> None:
-    recipe = load_recipe(
-        "tiny/grpo-tiny-qwen3-cpu-fp8", ["refit.bridge=project", "grpo.async_grpo.enabled=true"]
-    )
+    loaded = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8", ["refit.bridge=project"])
+    cfg = copy.deepcopy(loaded.config)  # async GRPO on a CPU recipe is refused at load already
+    cfg["grpo"]["async_grpo"]["enabled"] = True
+    recipe = dataclasses.replace(loaded, config=cfg)
     problems = runner.check_recipe(recipe)
     assert any("--engine local" in p for p in problems)
     assert any("refit.bridge: project" in p for p in problems)
