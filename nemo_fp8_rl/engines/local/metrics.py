@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
+from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.text import Text
 
 HEADLINE = (
     ("reward", "train/reward", "{:.3f}"),
@@ -87,6 +90,16 @@ def read_metrics(run_dir: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text(encoding="utf-8").splitlines() if x.strip()]
 
 
+class _HeadlineProgress(Progress):
+    """A progress bar with the latest headline numbers on their own line below it."""
+
+    headline = ""
+
+    def get_renderables(self) -> Iterator[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        yield Text(self.headline, no_wrap=True, overflow="ellipsis")
+
+
 class ProgressBar:
     """A rich progress bar over GRPO steps showing the headline numbers of the last step;
     when not `enabled`, a plain log line every `every` steps instead."""
@@ -99,15 +112,14 @@ class ProgressBar:
         self._bar = None
         self._step, self._total, self._every, self._name = start, total, max(every, 1), name
         if enabled:
-            self._bar = Progress(
-                TextColumn(f"[bold]{name}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total}"),
+            self._bar = _HeadlineProgress(
+                TextColumn("step {task.completed}/{task.total}"),
+                BarColumn(bar_width=30),
                 TimeElapsedColumn(),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[info]}"),
             )
-            self._task = self._bar.add_task("grpo", total=total, completed=start, info="")
+            self._task = self._bar.add_task("grpo", total=total, completed=start)
+            self._bar.console.print(f"[bold]{name}[/bold]: GRPO steps {start}..{total}")
             self._bar.start()
 
     def update(self, metrics: dict[str, float]) -> None:
@@ -120,7 +132,8 @@ class ProgressBar:
                     f"{self._name} step {self._step}/{self._total} {self._headline()}", flush=True
                 )
             return
-        self._bar.update(self._task, advance=1, info=self._headline())
+        self._bar.headline = self._headline()
+        self._bar.update(self._task, advance=1)
 
     def _headline(self) -> str:
         """The headline numbers of the latest metrics, as one line."""
