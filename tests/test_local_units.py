@@ -178,3 +178,18 @@ def test_killing_a_saving_process_never_corrupts_latest(tmp_path):
         proc.wait()
         state, info = ckpt.load_checkpoint(ckpt.latest_checkpoint(root))
         assert bool((state["w"] == float(info["step"])).all())
+
+
+def test_progress_bar_shows_step_and_headline_lines():
+    from rich.console import Console
+
+    from nemo_fp8_rl.engines.local.metrics import ProgressBar
+
+    bar = ProgressBar(total=3, start=0, enabled=True, name="tiny")
+    bar.update({"train/reward": 0.5, "train/calib_low": 0.78, "train/calib_high": 1.25})
+    bar.close()
+    console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
+    console.print(*bar._bar.get_renderables())
+    lines = [line.rstrip() for line in console.export_text().splitlines() if line.strip()]
+    assert lines[-2].startswith("step 1/3")
+    assert lines[-1] == "reward 0.500 L,H 0.780,1.250"
