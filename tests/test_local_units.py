@@ -9,10 +9,11 @@ import os
 import pytest
 import torch
 
+from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.project import TaskConfig, TinyModelConfig
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
-from nemo_fp8_rl.engines.local import precision, rundir
+from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.advantages import baseline_and_std, grpo_advantages
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, read_metrics
 from nemo_fp8_rl.engines.local.model import build_model, token_logprobs

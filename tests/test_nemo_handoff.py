@@ -129,3 +129,13 @@ def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path)
     assert fresh.calibrator.bounds == (0.65, 1.35)
     uncalibrated = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8-uncalibrated")
     assert runner.build_loss(uncalibrated, str(tmp_path / "step_20")).calibrator is None
+
+
+def test_run_dir_of_another_recipe_is_refused(tmp_path) -> None:
+    fp8 = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", run_dir=tmp_path / "r")
+    runner.prepare_run_dir(fp8, resume=False)
+    bf16 = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-bf16", run_dir=tmp_path / "r")
+    with pytest.raises(runner.EngineConfigError, match="fp8_cfg.enabled: True -> False"):
+        runner.prepare_run_dir(bf16, resume=False)
+    saved = yaml.safe_load((tmp_path / "r" / "recipe.yaml").read_text())
+    assert saved["policy"]["megatron_cfg"]["fp8_cfg"]["enabled"] is True  # not overwritten

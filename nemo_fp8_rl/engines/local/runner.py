@@ -18,10 +18,11 @@ from typing import Any
 import ray
 import torch
 
+from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
-from nemo_fp8_rl.engines.local import precision, rundir
+from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.actors import make_actors, start_ray
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
@@ -207,12 +208,12 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
                 "actors_ready_after_warmup": time.perf_counter() - t_model,
             },
         }
-        rundir.write_environment(run_dir, extra)
+        rundir.write_environment(run_dir, "local", extra)
         Loop(recipe, run_dir, trainer, rollout).run(
             resume=resume, progress=progress and local.progress
         )
         extra["seconds"]["total"] = time.perf_counter() - t0
-        rundir.write_environment(run_dir, extra)
+        rundir.write_environment(run_dir, "local", extra)
     finally:
         if started:
             ray.shutdown()

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import json
 import os
-import platform
-import sys
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.engines.nemo import compat
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
@@ -85,26 +83,21 @@ def prepare_run_dir(recipe: Recipe, resume: bool) -> Path:
         )
     if resume and not existing:
         raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
+    try:
+        rundir.check_owner(run_dir, recipe.config)
+    except rundir.RunDirError as exc:
+        raise EngineConfigError(str(exc)) from exc
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "recipe.yaml").write_text(recipe.to_yaml())
+    rundir.atomic_write(run_dir / "recipe.yaml", recipe.to_yaml())
     write_handoff(recipe, run_dir)
     return run_dir
 
 
 def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
-    """environment.json: versions, host, engine."""
-    import torch
-
-    env = {
-        "engine": "nemo",
-        "nemo_rl": info.version,
-        "nemo_rl_location": info.location,
-        "python": sys.version.split()[0],
-        "torch": torch.__version__,
-        "host": platform.node(),
-        "slurm_job_id": os.environ.get("SLURM_JOB_ID"),
-    }
-    (run_dir / "environment.json").write_text(json.dumps(env, indent=1) + "\n")
+    """environment.json: versions, host, engine, and which NeMo RL ran."""
+    rundir.write_environment(
+        run_dir, "nemo", {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    )
 
 
 def export_package_path() -> str:

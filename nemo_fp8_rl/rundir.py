@@ -1,5 +1,5 @@
-"""The run directory: the resolved recipe and environment saved with the run, and a guard
-that refuses to overwrite a different recipe's run."""
+"""The run directory, for every engine: the resolved recipe and environment saved with the run,
+and a guard that refuses to overwrite a different recipe's run."""
 
 from __future__ import annotations
 
@@ -58,13 +58,10 @@ def _json_roundtrip(config: dict) -> dict:
     return yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
 
 
-def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> None:
-    """Check `run_dir` may hold this run, clear a previous run of the same recipe unless
-    resuming, and write `recipe_yaml` (the resolved recipe) as `recipe.yaml`.
-
-    Raises RunDirError when the directory holds a run of another recipe (or of this recipe with
-    different settings): the message lists the differences and how to proceed.
-    """
+def check_owner(run_dir: Path, config: dict) -> None:
+    """Refuse a `run_dir` that holds a run of another recipe (or of this recipe with different
+    settings), or outputs with no `recipe.yaml` to check against; the message lists the
+    differences and how to proceed. Nothing is written."""
     saved_path = run_dir / "recipe.yaml"
     if saved_path.exists():
         saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
@@ -82,6 +79,12 @@ def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> N
             f"{run_dir} holds a run without a recipe.yaml, so it cannot be checked against this "
             f"recipe; nothing was overwritten. Pass --run-dir to write elsewhere, or delete {run_dir}."
         )
+
+
+def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> None:
+    """`check_owner`, then clear a previous run of the same recipe unless resuming, and write
+    `recipe_yaml` (the resolved recipe) as `recipe.yaml`."""
+    check_owner(run_dir, config)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         for stale in ("checkpoints", "logs", "metrics.jsonl"):
@@ -90,10 +93,11 @@ def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> N
                 shutil.rmtree(path)
             elif path.exists():
                 path.unlink()
-    _atomic_write(saved_path, recipe_yaml)
+    atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` through a temporary file and a rename (never a half-written file)."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     os.replace(tmp, path)
@@ -106,12 +110,12 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def write_environment(run_dir: Path, extra: dict[str, Any]) -> None:
-    """Record versions, host, engine and threads in `environment.json`."""
+def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:
+    """Record engine, versions, host and threads (plus `extra`) in `environment.json`."""
     import torch
 
     env = {
-        "engine": "local",
+        "engine": engine,
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "host": socket.gethostname(),
         "platform": platform.platform(),
@@ -125,4 +129,4 @@ def write_environment(run_dir: Path, extra: dict[str, Any]) -> None:
         "env": {k: os.environ[k] for k in ("RAY_ADDRESS", "SLURM_JOB_ID") if k in os.environ},
         **extra,
     }
-    _atomic_write(run_dir / "environment.json", json.dumps(env, indent=1, default=str) + "\n")
+    atomic_write(run_dir / "environment.json", json.dumps(env, indent=1, default=str) + "\n")
