@@ -227,7 +227,8 @@ class Calibrator:
 
         The new bounds apply from step+1 on. Returns metrics (`calib_low`, `calib_high` always;
         on calibration steps also `calib_alpha`, `calib_rho_ref`, `calib_rho_fp8`, targets,
-        counts, NMAEs and over-clip shares). `gather` must be given on every data-parallel rank
+        counts, the uncertainty of L*, `calib_rho_best`, `calib_rho_fp8_next`, NMAEs and
+        over-clip shares; names and meanings: `docs/architecture.md`). `gather` must be given on every data-parallel rank
         (it is a collective) or on none.
         """
         if not self.is_calibration_step(step):
