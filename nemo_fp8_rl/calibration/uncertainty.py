@@ -1,22 +1,23 @@
-"""Sampling uncertainty of the quantile-matched lower bound L* (a cheap Poisson bootstrap).
+"""Sampling uncertainty of the quantile-matched lower bound L* (a cheap bootstrap).
 
 `L*` rests on `m = #{N⁻ : r < L0}`, the negative-advantage tokens BF16 clips: it is the
 (m+1)-th smallest FP8 ratio over N⁻ (`bounds.lower_target`). With few clipped tokens both m and
 the order statistic are noisy, so each calibration logs m and a bootstrap interval of L*.
 
-Poisson bootstrap (each token drawn `c_i ~ Poisson(1)` times, independently, instead of a
-multinomial resample of size n; the standard large-sample equivalent): for replicate b,
+Ordinary (multinomial) bootstrap over the N⁻ tokens: replicate b draws n tokens with
+replacement, token i `c_i` times, and
 
     m_b  = Σ_i c_i·1[r_i < L0]
     L*_b = smallest r̃ at which the c-weighted count of r̃ values, in ascending order, reaches m_b + 1
            (× (1 − 1e-6) when m_b = 0; × (1 + 1e-6) of the largest drawn r̃ when every drawn token
            is clipped), i.e. `lower_target` on the resample.
 
-Only tokens that can change L*_b need counts: the T smallest r̃ (T ≥ m_b + 1 in every replicate,
-doubled until it is) and the BF16-clipped ones beyond them (they only add to m_b). The cost is
-one sort of N⁻ and O(B·(T + m)) draws with T ≈ 2m + 64, independent of |N⁻| beyond the sort, so
-it stays cheap on millions of tokens. The generator is seeded from the step, so every
-data-parallel rank (which holds the same pooled tokens) gets the same interval.
+Only tokens that can change L*_b need counts: the T smallest r̃ (T ≥ m_b + 1 draws in every
+replicate, doubled until it is) and the BF16-clipped ones beyond them (they only add to m_b).
+The draws that land on those tokens are Binomial(n, |U|/n) in number and uniform over them, so
+after one sort of N⁻ the cost is O(B·(T + m)) with T ≈ 2m + 64, not O(B·n), and it stays cheap
+on millions of tokens. The generator is seeded from the step, so every data-parallel rank (which
+holds the same pooled tokens) gets the same interval.
 """
 
 from __future__ import annotations
@@ -54,23 +55,39 @@ def replicate_targets(
     reached = cum[:, -1] >= m_b + 1
     idx = torch.searchsorted(cum, (m_b + 1).unsqueeze(1)).squeeze(1).clamp(max=t - 1)
     edge = torch.tensor([1.0, 1.0 - EDGE_MARGIN], dtype=xs.dtype)  # × (1 − 1e-6) when m_b = 0
-    inner = xs[idx] * edge[(m_b == 0).long()]
-    present = counts > 0
-    last = torch.where(present, torch.arange(t).expand_as(counts), -1).max(1).values
-    top = xs[last.clamp(min=0)] * (1.0 + EDGE_MARGIN)  # every drawn token clipped
-    out = torch.where(reached, inner, top)
-    return torch.where(present.any(1), out, torch.nan), reached
+    out = xs[idx] * edge[(m_b == 0).long()]
+    if not bool(reached.all()):  # every drawn token clipped: just above the largest drawn ratio
+        rest = ~reached
+        drawn = torch.where(counts[rest] > 0, torch.arange(t).expand_as(counts[rest]), -1)
+        top = xs[drawn.max(1).values.clamp(min=0)] * (1.0 + EDGE_MARGIN)
+        out[rest] = top
+    return torch.where(cum[:, -1] > 0, out, torch.nan), reached
+
+
+def _draw_counts(n: int, size: int, samples: int, g: torch.Generator) -> torch.Tensor:
+    """[samples, size] draw counts of `size` given tokens in resamples of n tokens out of n.
+
+    Multinomial with replacement, restricted to the given tokens: how many of a replicate's n
+    draws land on them is Binomial(n, size/n), and those draws are uniform over them. Cost
+    O(samples·size), independent of n.
+    """
+    prob = torch.full((samples,), size / n, dtype=torch.float64)
+    hits = torch.binomial(torch.full_like(prob, float(n)), prob, generator=g).long()
+    which = torch.randint(0, size, (int(hits.sum()),), generator=g)
+    replicate = torch.repeat_interleave(torch.arange(samples), hits)
+    flat = torch.bincount(replicate * size + which, minlength=samples * size)
+    return flat.view(samples, size).double()
 
 
 def _replicates(xs: torch.Tensor, clipped: torch.Tensor, samples: int, g: torch.Generator):
-    """L*_b for `samples` Poisson replicates; `xs` ascending FP8 ratios of N⁻, `clipped` aligned."""
+    """L*_b for `samples` bootstrap replicates; `xs` ascending FP8 ratios of N⁻, `clipped` aligned."""
     n = xs.numel()
     t = min(n, 2 * int(clipped.sum()) + 64)
     while True:
-        extra = int(clipped[t:].sum())  # clipped tokens beyond the T smallest: they only add to m_b
-        counts = torch.poisson(torch.ones(samples, t, dtype=torch.float64), generator=g)
-        c_extra = torch.poisson(torch.ones(samples, extra, dtype=torch.float64), generator=g)
-        out, reached = replicate_targets(xs[:t], clipped[:t], counts, c_extra.sum(1))
+        beyond = torch.nonzero(clipped[t:]).numel()  # clipped tokens past the T smallest
+        counts = _draw_counts(n, t + beyond, samples, g)
+        extra = counts[:, t:].sum(1)  # they only add to m_b
+        out, reached = replicate_targets(xs[:t], clipped[:t], counts[:, :t], extra)
         if bool(reached.all()) or t == n:
             return out[torch.isfinite(out)]
         t = min(n, 2 * t)
@@ -84,7 +101,7 @@ def lower_target_interval(
     level: float = 0.9,
     seed: int = 0,
 ) -> LowerInterval:
-    """Poisson-bootstrap `level` interval of L* over the negative-advantage tokens (see module).
+    """Bootstrap `level` interval of L* over the negative-advantage tokens (see module).
 
     Returns NaN bounds when there are no tokens or `samples` is 0.
     """

@@ -57,7 +57,7 @@ class CalibrationConfig(_Section):
         description="tau: H* is the smallest H with rho >= (1 - tau) x the best reachable rho",
     )
     bootstrap_samples: int = Field(
-        200, ge=0, description="Poisson-bootstrap replicates for the 90% interval of L* (0: off)"
+        200, ge=0, description="bootstrap replicates for the 90% interval of L* (0: off)"
     )
     init_bounds: tuple[float, float] | None = None
     log_ratio_clamp: float = Field(20.0, gt=0.0)
