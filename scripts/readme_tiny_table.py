@@ -118,6 +118,7 @@ def rows(runs: list[RunData], summaries: list[RunSummary]) -> list[tuple[str, li
             each(lambda r, s: accuracy_row(r, "validation/accuracy_sampled")),
         ),
         ("reward, mean of the last 10 steps", each(lambda r, s: f"{s.values['reward']:.3f}")),
+        ("entropy surge onset (`nemo_fp8_rl.compare`'s detector)", each(lambda r, s: _surge(s))),
         (
             "negative-advantage tokens clipped at the lower bound (mean share over steps)",
             each(pct("clip_low_neg")),
@@ -173,6 +174,12 @@ def rows(runs: list[RunData], summaries: list[RunSummary]) -> list[tuple[str, li
             ),
         ),
     ]
+
+
+def _surge(summary: RunSummary) -> str:
+    if "train/entropy" in summary.missing:
+        return NONE
+    return "none" if summary.surge_step is None else f"step {summary.surge_step}"
 
 
 def _cap_cell(run: RunData) -> str:

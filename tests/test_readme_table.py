@@ -39,6 +39,7 @@ def write_run(root: Path, variant: str) -> Path:
     for step in range(1, STEPS + 1):
         m = {
             "train/reward": 0.4 + 0.01 * step,
+            "train/entropy": 0.5 + (0.3 if variant == "fp8" and step >= 20 else 0.0),
             "train/clip_lower_frac_neg": 0.01,
             "train/token_mult_prob_error": 1.03,
             "train/gen_kl_error": 2e-3,
@@ -87,6 +88,7 @@ def test_table_cells_are_recomputed_from_the_runs(run_root: Path) -> None:
     block = table.render(run_root)
     assert cells(block, "validation accuracy, greedy") == ["0.500 → 0.800 (0.800)"] * 3
     assert cells(block, "reward, mean of the last 10") == ["0.655"] * 3  # 0.4 + 0.01·mean(21..30)
+    assert cells(block, "entropy surge onset") == ["none", "none", "step 20"]
     assert cells(block, "clip bounds in force")[:2] == ["0.80; 1.20"] * 2
     assert cells(block, "clip bounds in force")[2] == "0.80; 1.20–1.25"
     assert cells(block, "calibrations that moved H") == ["—", "—", "1 of 3; 1 of 3"]
