@@ -39,6 +39,7 @@ def evaluate_run(
     checkpoint: str = "last",
     suite_name: str | None = None,
     data_dir: Path | None = None,
+    num_problems: int | None = None,
 ) -> Path:
     """Select, evaluate, write; returns the result file."""
     from nemo_fp8_rl.compare import precision_of
