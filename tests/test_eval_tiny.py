@@ -44,7 +44,9 @@ def runs(tmp_path_factory):
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
     try:
         dirs = [
-            run(load_recipe(f"tiny/grpo-tiny-qwen3-cpu-{v}", FAST, run_dir=root / v), progress=False)
+            run(
+                load_recipe(f"tiny/grpo-tiny-qwen3-cpu-{v}", FAST, run_dir=root / v), progress=False
+            )
             for v in ("bf16", "fp8")
         ]
     finally:
@@ -85,7 +87,9 @@ def test_heldout_problems_were_not_trained_on_and_add3_is_harder(runs):
     add2, add3 = ADDITION.benchmarks
     prompts, answers = local.problems(add2, PROBLEMS, seen)
     assert not set(prompts) & seen and len(set(prompts)) == PROBLEMS
-    assert all(str(sum(map(int, p[:-1].split("+")))) == a for p, a in zip(prompts, answers, strict=True))
+    assert all(
+        str(sum(map(int, p[:-1].split("+")))) == a for p, a in zip(prompts, answers, strict=True)
+    )
     three, _ = local.problems(add3, PROBLEMS, set())
     assert max(max(map(int, p[:-1].split("+"))) for p in three) >= 100
 
