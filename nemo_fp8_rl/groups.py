@@ -50,6 +50,15 @@ EXTRA_COLUMNS: tuple[Column, ...] = (
         )
         for q in range(1, 5)
     ),
+    *(
+        Column(
+            f"clip_lower_q{q}",
+            f"lower-clip share, entropy Q{q}",
+            f"train/clip_lower_share_entropy_q{q}",
+            _mean,
+        )
+        for q in range(1, 5)
+    ),
 )
 GROUP_COLUMNS: tuple[Column, ...] = (*COLUMNS, *EXTRA_COLUMNS)
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)

@@ -33,7 +33,10 @@ SMOOTHED = (
     "train/token_mult_prob_error",
     "train/gen_kl_error",
 )
-OVERCLIP_KEYS = tuple(c.key for c in EXTRA_COLUMNS if c.key.startswith("overclip_q"))
+SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
+    ("overclip_q", "over-clipped A<0 tokens (FP8 only, shadow steps)"),
+    ("clip_lower_q", "lower-clipped A<0 tokens (every step)"),
+)
 
 
 @dataclass(frozen=True)
@@ -166,31 +169,43 @@ class _AsCurve:
 
 
 def draw_overclip_plot(comparison: GroupComparison):
-    """Bars: each recipe's mean over-clip share per response-entropy quartile, with intervals.
-    None when no run logged the split."""
+    """Bars per response-entropy quartile: each recipe's mean share of the over-clipped (left)
+    and lower-clipped (right) A<0 tokens, with intervals; None when no run logged either."""
     from matplotlib.figure import Figure
 
-    if not any(
-        np.isfinite(s.stats[k].estimate) for s in comparison.summaries for k in OVERCLIP_KEYS
-    ):
+    panels = []
+    for prefix, title in SPLITS:
+        keys = [c.key for c in EXTRA_COLUMNS if c.key.startswith(prefix)]
+        if any(np.isfinite(s.stats[k].estimate) for s in comparison.summaries for k in keys):
+            panels.append((keys, title))
+    if not panels:
         return None
-    fig = Figure(figsize=(6.0, 3.6), dpi=100)
-    ax = fig.subplots()
+    fig = Figure(figsize=(5.5 * len(panels), 3.8), dpi=100)
+    fig.subplots_adjust(
+        left=0.1 / len(panels) + 0.04, right=0.98, bottom=0.16, top=0.84, wspace=0.3
+    )
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
     width = 0.8 / len(comparison.summaries)
-    x = np.arange(len(OVERCLIP_KEYS))
-    for i, s in enumerate(comparison.summaries):
-        ivs = [s.stats[k] for k in OVERCLIP_KEYS]
-        mean = np.array([iv.estimate for iv in ivs])
-        err = np.array([[iv.estimate - iv.low, iv.high - iv.estimate] for iv in ivs]).T
-        err = np.where(np.isfinite(err), err, 0.0)
-        ax.bar(
-            x + i * width, mean, width, yerr=err, capsize=3, label=f"{s.name} (n={len(s.seeds)})"
-        )
-    ax.set_xticks(x + width * (len(comparison.summaries) - 1) / 2, [f"Q{q + 1}" for q in x])
-    ax.set_xlabel("response-entropy quartile within the batch (Q4 = highest)")
-    ax.set_ylabel("share of over-clipped A<0 tokens")
-    ax.legend(fontsize=7)
-    fig.suptitle("Where the over-clipping comes from (mean over steps and seeds, 95 % interval)")
+    for ax, (keys, title) in zip(axes, panels, strict=True):
+        x = np.arange(len(keys))
+        for i, s in enumerate(comparison.summaries):
+            ivs = [s.stats[k] for k in keys]
+            mean = np.array([iv.estimate for iv in ivs])
+            err = np.array([[iv.estimate - iv.low, iv.high - iv.estimate] for iv in ivs]).T
+            ax.bar(
+                x + i * width,
+                np.nan_to_num(mean),
+                width,
+                yerr=np.where(np.isfinite(err), err, 0.0),
+                capsize=3,
+                label=f"{s.name} (n={len(s.seeds)})",
+            )
+        ax.set_xticks(x + width * (len(comparison.summaries) - 1) / 2, [f"Q{q + 1}" for q in x])
+        ax.set_xlabel("response-entropy quartile in the batch (Q4 highest)")
+        ax.set_ylabel("share")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle("Where the clipping comes from (mean over steps, then seeds; 95 % interval)")
     return fig
 
 

@@ -20,7 +20,15 @@ STEPS = 20
 
 
 def write_seed_run(
-    root: Path, recipe: str, seed: int, *, fp8: bool, acc: float, clip: float, folder=None
+    root: Path,
+    recipe: str,
+    seed: int,
+    *,
+    fp8: bool,
+    acc: float,
+    clip: float,
+    folder=None,
+    extra: dict | None = None,
 ) -> Path:
     """`root/<recipe>/seed-<seed>`: recipe.yaml as the engine saves it, metrics via MetricsLogger."""
     run_dir = root / recipe / (folder or f"seed-{seed}")
@@ -41,7 +49,7 @@ def write_seed_run(
         }
         if step % 10 == 0:
             metrics["validation/accuracy"] = acc * step / STEPS
-        logger.log(step, metrics)
+        logger.log(step, {**metrics, **(extra or {})})
     logger.close()
     return run_dir
 
@@ -153,3 +161,23 @@ def test_seeds_of_one_recipe_only_are_compared_run_by_run(grouped, capsys):
     report = (out / "report.md").read_text()
     assert "bf16/seed-1" in report and "bf16/seed-3" in report
     assert "no FP8 run to judge" in report and "rests on one run" not in report
+
+
+def test_entropy_quartile_split_row_and_plot(tmp_path):
+    split = {
+        f"train/overclip_share_entropy_q{q}": v
+        for q, v in zip(range(1, 5), (0.0, 0.05, 0.15, 0.8), strict=True)
+    }
+    for seed in (1, 2):
+        write_seed_run(tmp_path, "bf16", seed, fp8=False, acc=0.5, clip=0.01)
+        write_seed_run(tmp_path, "fp8", seed, fp8=True, acc=0.5, clip=0.02, extra=split)
+    comparison = compare_groups(_runs(tmp_path, "bf16", "fp8"))
+    _, rows = table_rows(comparison)
+    row = next(r for r in rows if r[0] == "over-clip share, entropy Q4")
+    assert row[1:3] == ["-", "0.800 [0.800, 0.800]"]
+    assert not any(r[0].startswith("lower-clip share") for r in rows)  # not logged: no row
+    from nemo_fp8_rl.report_groups import draw_overclip_plot
+
+    fig = draw_overclip_plot(comparison)
+    heights = [p.get_height() for p in fig.axes[0].patches]
+    assert heights == pytest.approx([0, 0, 0, 0, 0.0, 0.05, 0.15, 0.8])
