@@ -62,6 +62,7 @@ EXTRA_COLUMNS: tuple[Column, ...] = (
 )
 GROUP_COLUMNS: tuple[Column, ...] = (*COLUMNS, *EXTRA_COLUMNS)
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
+FEW_SEEDS = "over 2 seeds the interval is just their range, too narrow to trust: run 3 or more"
 ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
 
 
@@ -251,6 +252,8 @@ def group_verdict(
             side = "higher" if iv.estimate > 0 else "lower"
             accuracy = f"{abs(iv.estimate):.1f} points {side} than {who} {bounds}"
         accuracy += f" ({where}, 95 % bootstrap interval over {iv.n} seeds, {how})"
+        if iv.n < 3:
+            accuracy += f"; {FEW_SEEDS}"
     else:
         if abs(iv.estimate) <= tolerance_points:
             accuracy = f"matches {who} within {abs(iv.estimate):.1f} points"

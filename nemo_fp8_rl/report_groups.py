@@ -237,7 +237,8 @@ def _notes(comparison: GroupComparison) -> list[str]:
 
 INTRO = (
     "Cells: mean over seeds [95 % percentile-bootstrap interval, 10 000 resamples]; differences "
-    "are paired by seed where the same seeds ran. Plots: mean over seeds with its 95 % band."
+    "are paired by seed where the same seeds ran. Plots: mean over seeds with its 95 % band. "
+    "The interval is no wider than the seeds' range and too narrow for fewer than about 5 seeds."
 )
 
 

@@ -9,7 +9,9 @@ the 95 % interval is the 2.5th and 97.5th percentiles of m_1..m_B (numpy's linea
 interpolation). Paired by seed (the same seeds ran in both recipes): d_i = y_i - x_i per seed,
 then the bootstrap of mean(d). Unpaired: resample each side on its own, m_b = mean(y*_b) -
 mean(x*_b). With one value there is no interval (NaN bounds): one run says nothing about
-seed-to-seed spread.
+seed-to-seed spread. The percentile interval can be no wider than the range of the values and
+covers less than 95 % for small n (with n = 2 it *is* the range): 3 seeds are the minimum for a
+verdict, 5 or more make the interval trustworthy.
 """
 
 from __future__ import annotations

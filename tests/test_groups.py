@@ -181,3 +181,12 @@ def test_entropy_quartile_split_row_and_plot(tmp_path):
     fig = draw_overclip_plot(comparison)
     heights = [p.get_height() for p in fig.axes[0].patches]
     assert heights == pytest.approx([0, 0, 0, 0, 0.0, 0.05, 0.15, 0.8])
+
+
+def test_two_seeds_verdict_warns_the_interval_is_their_range(tmp_path):
+    for seed, (a, b) in {1: (0.5, 0.4), 2: (0.6, 0.55)}.items():
+        write_seed_run(tmp_path, "bf16", seed, fp8=False, acc=a, clip=0.01)
+        write_seed_run(tmp_path, "fp8", seed, fp8=True, acc=b, clip=0.01)
+    (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
+    assert "7.5 points lower than BF16 [-10.0, -5.0]" in verdict  # differences -10 and -5
+    assert "over 2 seeds the interval is just their range" in verdict
