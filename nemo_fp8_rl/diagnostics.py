@@ -294,19 +294,27 @@ def response_entropy_quantile(
 
 
 def share_by_quantile(
-    selected: Tensor, mask: Tensor, quantile: Tensor, prefix: str, n: int = ENTROPY_QUANTILES
+    selected: Tensor,
+    mask: Tensor,
+    quantile: Tensor,
+    prefix: str,
+    count_name: str,
+    n: int = ENTROPY_QUANTILES,
 ) -> dict[str, float]:
     """`{prefix}_q{k}` = |S ∩ M ∩ {responses in quantile k}| / |S ∩ M| for k = 1..n, where S is
-    `selected` [B, S], M the valid tokens and `quantile` [B] from `response_entropy_quantile`.
-    The shares sum to 1; all NaN when no valid token is selected (nothing to split)."""
+    `selected` [B, S], M the valid tokens and `quantile` [B] from `response_entropy_quantile`
+    (or all three flattened to tokens, each token carrying its response's quantile), plus
+    `count_name` = |S ∩ M|, so shares can be pooled over steps (weights). The shares sum to 1;
+    all NaN when no valid token is selected (nothing to split)."""
     chosen = (selected & (mask > 0)).reshape(selected.shape[0], -1)
     per_response = chosen.sum(-1).double()
     total = float(per_response.sum())
-    if total == 0:
-        return {f"{prefix}_q{k}": math.nan for k in range(1, n + 1)}
-    return {
-        f"{prefix}_q{k}": float(per_response[quantile == k].sum()) / total for k in range(1, n + 1)
-    }
+    out = {count_name: total}
+    for k in range(1, n + 1):
+        out[f"{prefix}_q{k}"] = (
+            float(per_response[quantile == k].sum()) / total if total else math.nan
+        )
+    return out
 
 
 def overclip_entropy_split(
@@ -323,10 +331,13 @@ def overclip_entropy_split(
     Over-clipped negative-advantage tokens `O⁻ = {A < 0 ∧ r̃ < L₀ ∧ r ≥ L₀}` (clipped at the lower
     bound L₀ with the FP8 ratio r̃, not with the BF16 shadow ratio r, same tokens and weights),
     and `overclip_share_entropy_q{k}` = the share of O⁻ in responses of entropy quantile k
-    (`share_by_quantile`). Tensors [B, S]; needs a shadow pass (r)."""
+    (`share_by_quantile`), and their count `overclip_neg_tokens`. Tensors [B, S]; needs a
+    shadow pass (r)."""
     neg = advantages < 0
     over = neg & (fp8_ratio < low) & ~(bf16_ratio < low)
-    return share_by_quantile(over, mask, quantile, "overclip_share_entropy", n)
+    return share_by_quantile(
+        over, mask, quantile, "overclip_share_entropy", "overclip_neg_tokens", n
+    )
 
 
 def lower_clip_entropy_split(
@@ -339,7 +350,9 @@ def lower_clip_entropy_split(
 ) -> dict[str, float]:
     """The same split for every step, with no shadow pass: lower-clipped negative-advantage
     tokens `C⁻ = {A < 0 ∧ r̃ < L}` (r̃ the token ratio the run trains with, L the bound in force),
-    as `clip_lower_share_entropy_q{k}`. Under FP8 it holds the over-clipped tokens plus those
-    BF16 would clip too, so it is an upper bound on where the over-clipping is."""
+    as `clip_lower_share_entropy_q{k}` (count: `clip_lower_neg_tokens`). Under FP8 it holds
+    the over-clipped tokens plus those BF16 would clip too."""
     lower = (advantages < 0) & (ratio < low)
-    return share_by_quantile(lower, mask, quantile, "clip_lower_share_entropy", n)
+    return share_by_quantile(
+        lower, mask, quantile, "clip_lower_share_entropy", "clip_lower_neg_tokens", n
+    )

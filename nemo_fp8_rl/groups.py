@@ -61,6 +61,11 @@ EXTRA_COLUMNS: tuple[Column, ...] = (
     ),
 )
 GROUP_COLUMNS: tuple[Column, ...] = (*COLUMNS, *EXTRA_COLUMNS)
+# entropy-quartile shares are pooled over steps, weighted by that step's token count
+SHARE_COUNTS = {
+    "train/overclip_share_entropy_q": "train/overclip_neg_tokens",
+    "train/clip_lower_share_entropy_q": "train/clip_lower_neg_tokens",
+}
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
 FEW_SEEDS = "over 2 seeds the interval is just their range, too narrow to trust: run 3 or more"
 ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
@@ -168,11 +173,7 @@ def summarize_group(group: RunGroup, resamples: int = stats.RESAMPLES) -> GroupS
     per_seed: dict[str, dict[int, float]] = {}
     intervals: dict[str, stats.Interval] = {}
     for column in GROUP_COLUMNS:
-        values = []
-        for run in group.runs:
-            series, _ = run.find(column.metric)
-            finite = series.finite() if series is not None else None
-            values.append(column.reduce(finite) if finite is not None and len(finite) else np.nan)
+        values = [run_value(run, column) for run in group.runs]
         per_seed[column.key] = group.keyed(values)
         intervals[column.key] = stats.bootstrap_mean(values, resamples)
     precisions = {s.precision for s in run_summaries}
@@ -185,6 +186,24 @@ def summarize_group(group: RunGroup, resamples: int = stats.RESAMPLES) -> GroupS
         sum(s.surge_step is not None for s in run_summaries),
         [r.last_step for r in group.runs],
     )
+
+
+def run_value(run: RunData, column: Column) -> float:
+    """One run's value of a summary column (NaN when not logged); the entropy-quartile shares
+    pooled over steps: `Σ_t share_t n_t / Σ_t n_t`, n_t the step's split token count."""
+    series, _ = run.find(column.metric)
+    finite = series.finite() if series is not None else None
+    if finite is None or not len(finite):
+        return float("nan")
+    count = next((c for p, c in SHARE_COUNTS.items() if column.metric.startswith(p)), None)
+    weights = run.get(count) if count else None
+    if weights is None:
+        return column.reduce(finite)
+    steps = np.intersect1d(finite.steps, weights.steps)
+    share = finite.values[np.searchsorted(finite.steps, steps)]
+    n = weights.values[np.searchsorted(weights.steps, steps)]
+    keep = np.isfinite(n) & (n > 0)
+    return float(np.sum(share[keep] * n[keep]) / np.sum(n[keep])) if keep.any() else float("nan")
 
 
 def accuracy_values(runs: Sequence[RunData]) -> tuple[list[float], str, int | None]:

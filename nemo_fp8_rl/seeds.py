@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -194,9 +195,10 @@ def run_seeds(
 ) -> list[SeedOutcome]:
     """Run each seed's command (at most `parallel` at a time, in seed order); never stop early.
 
-    A seed that fails is recorded and the next one starts. On Ctrl-C the running children are
-    stopped (their seeds recorded as failed, the rest as not run) and KeyboardInterrupt re-raised
-    after `seeds.json` is written.
+    A seed that fails is recorded and the next one starts. On Ctrl-C or SIGTERM (`kill`,
+    `scancel`, `timeout`) the running children are stopped (their seeds recorded as failed, the
+    rest as not run) and KeyboardInterrupt is raised after `seeds.json` is written, so no child
+    outlives the launcher.
     """
     outcomes = {
         s: SeedOutcome(
@@ -206,6 +208,7 @@ def run_seeds(
     }
     waiting = sorted(commands)
     running: list[_Child] = []
+    previous = _raise_on_sigterm()
     try:
         while waiting or running:
             while waiting and len(running) < max(1, parallel):
@@ -221,9 +224,23 @@ def run_seeds(
             child.stop()
         write_summary(group_dir, list(outcomes.values()))
         raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     result = [outcomes[s] for s in sorted(outcomes)]
     write_summary(group_dir, result)
     return result
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise KeyboardInterrupt (main thread only); returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def write_summary(group_dir: Path, outcomes: Sequence[SeedOutcome]) -> Path:

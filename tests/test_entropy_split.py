@@ -47,10 +47,12 @@ def test_overclip_shares_by_hand():
             "overclip_share_entropy_q2": 0.0,  # A > 0 there
             "overclip_share_entropy_q3": 0.0,  # BF16 clips it as well
             "overclip_share_entropy_q4": 2 / 3,
+            "overclip_neg_tokens": 3.0,
         }
     )
     lower = diag.lower_clip_entropy_split(r8, adv, mask, quartile, low=0.8)
     assert lower["clip_lower_share_entropy_q3"] == pytest.approx(1 / 4)
+    assert lower.pop("clip_lower_neg_tokens") == 4.0
     assert sum(lower.values()) == pytest.approx(1.0)
     flat = diag.overclip_entropy_split(  # token-level form: each token carries its quartile
         r8.reshape(-1),
@@ -72,6 +74,7 @@ def test_nothing_clipped_gives_nan_shares():
         torch.tensor([1, 4]),
         low=0.8,
     )
+    assert out.pop("overclip_neg_tokens") == 0.0
     assert all(math.isnan(v) for v in out.values()) and len(out) == 4
 
 
@@ -82,6 +85,8 @@ def test_trainer_step_logs_the_split(tmp_path, monkeypatch):
     _, _, m = _step("grpo-tiny-qwen3-cpu-fp8", tmp_path, monkeypatch)
     lower = [m[f"train/clip_lower_share_entropy_q{k}"] for k in range(1, 5)]
     over = [m[f"train/overclip_share_entropy_q{k}"] for k in range(1, 5)]
-    for shares in (lower, over):
-        assert all(math.isnan(v) for v in shares) or sum(shares) == pytest.approx(1.0)
+    for shares, count in ((lower, "clip_lower_neg_tokens"), (over, "overclip_neg_tokens")):
+        n = m[f"train/{count}"]
+        assert n == int(n) >= 0
+        assert sum(shares) == pytest.approx(1.0) if n else all(math.isnan(v) for v in shares)
     assert "train/prob_nmae" in m  # it was a shadow step

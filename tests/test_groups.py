@@ -190,3 +190,28 @@ def test_two_seeds_verdict_warns_the_interval_is_their_range(tmp_path):
     (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
     assert "7.5 points lower than BF16 [-10.0, -5.0]" in verdict  # differences -10 and -5
     assert "over 2 seeds the interval is just their range" in verdict
+
+
+def test_entropy_shares_are_pooled_over_steps_by_token_count(tmp_path):
+    """Step 1: 1 over-clipped token, all in Q1; step 2: 3 tokens, all in Q4 -> pooled Q4 = 3/4
+    (a plain mean over steps would say 1/2)."""
+    run = write_seed_run(tmp_path, "fp8", 1, fp8=True, acc=0.5, clip=0.01)
+    logger = MetricsLogger(run, tensorboard=False, completed_steps=STEPS)
+    for step, (q1, q4, n) in {
+        21: (1.0, 0.0, 1.0),
+        22: (0.0, 1.0, 3.0),
+        23: (float("nan"), float("nan"), 0.0),
+    }.items():
+        logger.log(
+            step,
+            {
+                "train/overclip_share_entropy_q1": q1,
+                "train/overclip_share_entropy_q4": q4,
+                "train/overclip_neg_tokens": n,
+            },
+        )
+    logger.close()
+    from nemo_fp8_rl.groups import EXTRA_COLUMNS, run_value
+
+    q4 = next(c for c in EXTRA_COLUMNS if c.key == "overclip_q4")
+    assert run_value(load_run(run), q4) == pytest.approx(0.75)

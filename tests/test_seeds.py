@@ -147,3 +147,35 @@ def test_seeds_command_real_engine_one_seed_killed(tmp_path):
     )
     assert "run finished" in (run2 / "train.log").read_text()
     assert seed_dirs(group) == [run2]
+
+
+def test_sigterm_to_the_launcher_stops_its_children(tmp_path):
+    """`kill` (or scancel / timeout) on the launcher: the running seed is stopped, nothing is left
+    behind, the rest are not started, and seeds.json says so."""
+    script = (
+        "import sys; from pathlib import Path; from nemo_fp8_rl.seeds import run_seeds\n"
+        "py = sys.executable\n"
+        "cmds = {1: [py, '-c', 'import time; print(\"up\", flush=True); time.sleep(120)'],\n"
+        "        2: [py, '-c', 'print(2)']}\n"
+        f"run_seeds(cmds, Path({str(tmp_path)!r}), poll_s=0.05)\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    child = None
+    while child is None and time.monotonic() < deadline:
+        log = tmp_path / "seed-1" / "train.log"
+        if log.exists() and "up" in log.read_text():
+            child = next(
+                int(p.name)
+                for p in Path("/proc").glob("[0-9]*")
+                if (p / "stat").exists()
+                and int((p / "stat").read_text().rsplit(")", 1)[1].split()[1]) == proc.pid
+            )
+        time.sleep(0.05)
+    assert child is not None
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+    saved = json.loads((tmp_path / "seeds.json").read_text())["seeds"]
+    assert [(s["seed"], s["returncode"]) for s in saved] == [(1, -15), (2, None)]
