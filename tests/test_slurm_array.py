@@ -118,3 +118,17 @@ def test_job_array_two_seeds_each_a_two_node_ray_job(cluster, tmp_path, capsys):
     # The two seeds differ (different init and sampling), so they are two distinct runs.
     one, two = (Path(group / f"seed-{s}" / "metrics.jsonl").read_text() for s in (1, 2))
     assert one != two
+
+
+def test_array_state_of_the_whole_array():
+    from nemo_fp8_rl.slurm.jobs import JobStatus, _array_state
+
+    def tasks(*states):
+        return [JobStatus(f"7_{i}", s) for i, s in enumerate(states, 1)]
+
+    assert _array_state([]) is None
+    assert _array_state(tasks("COMPLETED", "COMPLETED")).state == "COMPLETED"
+    assert _array_state(tasks("COMPLETED", "RUNNING")).state == "RUNNING"
+    assert _array_state(tasks("PENDING", "FAILED")).state == "PENDING"
+    done = _array_state(tasks("COMPLETED", "FAILED"))
+    assert (done.job_id, done.state, done.finished) == ("7", "FAILED", True)
