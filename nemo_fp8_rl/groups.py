@@ -37,10 +37,21 @@ def _mean(s) -> float:
     return float(np.mean(s.values))
 
 
+def _sum(s) -> float:
+    return float(np.sum(s.values))
+
+
 EXTRA_COLUMNS: tuple[Column, ...] = (
     Column("prob_nmae", "prob NMAE", "train/prob_nmae", _mean, "{:.4f}"),
     Column("ratio_nmae", "ratio NMAE", "train/ratio_nmae", _mean, "{:.4f}"),
     Column("ratio_amplification", "ratio amplification", "train/ratio_amplification", _mean),
+    Column(
+        "overclip_tokens",
+        "over-clipped A<0 tokens (sum)",
+        "train/overclip_neg_tokens",
+        _sum,
+        "{:.0f}",
+    ),
     *(
         Column(
             f"overclip_q{q}",
@@ -49,6 +60,13 @@ EXTRA_COLUMNS: tuple[Column, ...] = (
             _mean,
         )
         for q in range(1, 5)
+    ),
+    Column(
+        "clip_lower_tokens",
+        "lower-clipped A<0 tokens (sum)",
+        "train/clip_lower_neg_tokens",
+        _sum,
+        "{:.0f}",
     ),
     *(
         Column(

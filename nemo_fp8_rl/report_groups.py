@@ -69,15 +69,13 @@ def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]
     headers += [f"{s.name} - {ref.name}" for s in others]
     rows = [["seeds", *(_seed_list(s.seeds) for s in comparison.summaries), *("" for _ in others)]]
     for column in GROUP_COLUMNS:
-        cells = [
-            stats.format_interval(s.stats[column.key], column.fmt) for s in comparison.summaries
-        ]
+        cells = [_cell(s.stats[column.key], column.fmt, len(s.seeds)) for s in comparison.summaries]
         if all(c == "-" for c in cells):
             continue
         diffs = []
         for s in others:
             interval, paired = comparison.differences[s.name][column.key]
-            text = stats.format_interval(interval, column.fmt)
+            text = _cell(interval, column.fmt, min(len(s.seeds), len(ref.seeds)))
             diffs.append(text + (" (paired)" if paired and text != "-" else ""))
         rows.append([column.header, *cells, *diffs])
     rows.append(
@@ -85,6 +83,12 @@ def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]
         + ["" for _ in others]
     )
     return headers, rows
+
+
+def _cell(interval: stats.Interval, template: str, seeds: int) -> str:
+    """`mean [low, high]`, with `n=k` when only k of the group's seeds had a value."""
+    text = stats.format_interval(interval, template)
+    return text + (f" n={interval.n}" if text != "-" and 0 < interval.n < seeds else "")
 
 
 def seed_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]:

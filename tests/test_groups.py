@@ -215,3 +215,15 @@ def test_entropy_shares_are_pooled_over_steps_by_token_count(tmp_path):
 
     q4 = next(c for c in EXTRA_COLUMNS if c.key == "overclip_q4")
     assert run_value(load_run(run), q4) == pytest.approx(0.75)
+
+
+def test_cells_say_how_many_seeds_had_a_value(tmp_path):
+    split = {"train/overclip_share_entropy_q4": 0.5, "train/overclip_neg_tokens": 2.0}
+    for seed in (1, 2):
+        write_seed_run(tmp_path, "bf16", seed, fp8=False, acc=0.5, clip=0.01)
+        write_seed_run(
+            tmp_path, "fp8", seed, fp8=True, acc=0.5, clip=0.01, extra=split if seed == 1 else None
+        )
+    _, rows = table_rows(compare_groups(_runs(tmp_path, "bf16", "fp8")))
+    assert next(r for r in rows if r[0] == "over-clip share, entropy Q4")[2] == "0.500 n=1"
+    assert next(r for r in rows if r[0] == "over-clipped A<0 tokens (sum)")[2] == "40 n=1"
