@@ -209,7 +209,9 @@ def draw_overclip_plot(comparison: GroupComparison):
         ax.set_ylabel("share")
         ax.set_title(title, fontsize=9)
         ax.legend(fontsize=7)
-    fig.suptitle("Where the clipping comes from (pooled over steps, mean over seeds, 95 % interval)")
+    fig.suptitle(
+        "Where the clipping comes from (pooled over steps, mean over seeds, 95 % interval)"
+    )
     return fig
 
 
