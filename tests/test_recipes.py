@@ -36,6 +36,8 @@ PAIR_ALLOWED = (
     "refit.",
     "logger.log_dir",
     "logger.wandb.name",
+    "logger.swanlab.name",
+    "logger.mlflow.run_name",
     "checkpointing.checkpoint_dir",
 )
 

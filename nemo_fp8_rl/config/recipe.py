@@ -151,7 +151,8 @@ def load_recipe(
 def _derive(config: dict, prov: dict[str, str], name: str, run_dir: Path) -> None:
     """Run name and output paths come from the recipe file name (or --run-dir)."""
     config.setdefault("logger", {})["log_dir"] = str(run_dir / "logs")
-    config["logger"].setdefault("wandb", {})["name"] = name
+    for backend, key in (("wandb", "name"), ("swanlab", "name"), ("mlflow", "run_name")):
+        config["logger"].setdefault(backend, {})[key] = name
     config.setdefault("checkpointing", {})["checkpoint_dir"] = str(run_dir / "checkpoints")
     for key in DERIVED:
         prov[key] = "derived"

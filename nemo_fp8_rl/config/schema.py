@@ -30,7 +30,13 @@ OPEN = (
     "slurm.env",
 )
 # Keys derived from the recipe name (never written by hand).
-DERIVED = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
+DERIVED = (
+    "logger.log_dir",
+    "checkpointing.checkpoint_dir",
+    "logger.wandb.name",
+    "logger.swanlab.name",
+    "logger.mlflow.run_name",
+)
 
 PROJECT_SECTIONS: dict[str, type[BaseModel]] = {
     "loss_fn.calibration": CalibrationConfig,

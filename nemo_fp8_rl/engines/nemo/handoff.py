@@ -89,3 +89,53 @@ def write_handoff(recipe: Recipe, run_dir: Path) -> Path:
     tmp.write_text(header + body)
     tmp.replace(path)
     return path
+
+
+# Keys of NeMo RL's exemplar configs (`grpo_math_1B.yaml`, `grpo_math_1B_megatron.yaml` and the FP8
+# recipes under `examples/configs/recipes/llm/`) that the hand-off deliberately leaves out. A key
+# matches itself and everything under it. Everything else an exemplar has must be in every GPU
+# recipe's hand-off (tests/test_nemo_contract.py holds the two together), so a key NeMo RL adds
+# later fails a test instead of a job on a cluster.
+LEFT_OUT: dict[str, str] = {
+    # The DTensor (PyTorch FSDP2) policy is off; on the Megatron path NeMo RL reads only
+    # `policy.dtensor_cfg.enabled` (false here), as in grpo_math_1B_megatron.yaml.
+    "policy.dtensor_cfg": "DTensor backend off (enabled: false); its settings are never read",
+    # The torch optimizer/scheduler of the DTensor path; Megatron uses megatron_cfg.optimizer and
+    # megatron_cfg.scheduler. grpo_math_1B_megatron.yaml sets both to null, as the base does.
+    "policy.optimizer": "DTensor-only torch optimizer; null on the Megatron path",
+    "policy.scheduler": "DTensor-only torch scheduler; null on the Megatron path",
+    # Megatron-Core inference settings, read only with policy.generation.backend: megatron (we
+    # generate with vLLM). Their defaults also differ between releases (refit_backend: nvshmem
+    # in v0.7.0, nccl at main), so a fixed copy would be wrong for one of them.
+    "policy.generation.mcore_generation_config": "generation.backend megatron only (we use vllm)",
+    # Read with .get(); absent, each NeMo RL release uses its own port plan (TCPStore ports
+    # 25000-28000 in v0.7.0, 1400-1999 at main; generation 11001-15000 vs 3000-4999). A copy of
+    # one release's numbers would put the other's ports in the wrong band.
+    "cluster.master_port_range_low": "version-specific default; NeMo RL falls back when absent",
+    "cluster.master_port_range_high": "version-specific default; NeMo RL falls back when absent",
+    "policy.generation.port_range_low": "version-specific default; read with .get()",
+    "policy.generation.port_range_high": "version-specific default; read with .get()",
+    # Vision-language models only (Qwen3.5 recipe); read with .get().
+    "policy.megatron_cfg.freeze_config": "vision-language models only; read with .get()",
+    # Free-form maps whose entries in individual exemplar recipes are model- or version-specific
+    # workarounds (Qwen3.5's RayExecutorV2 switch and allocator setting, the 20 GiB KV-cache budget
+    # of the Llama FP8-rollout recipe); a recipe adds them when it needs them.
+    "policy.generation.vllm_cfg.env_vars": "free-form; per-recipe workarounds",
+    "policy.megatron_cfg.env_vars": "free-form; per-recipe workarounds",
+    "policy.generation.vllm_kwargs": "free-form; per-recipe vLLM arguments",
+    # The task: which data sets and environments a recipe uses is its own choice (the Qwen3-8B
+    # recipes use DAPOMath17K with an AIME validation set and a `dapo` environment, the others
+    # OpenMathInstruct-2 with a validation split of the training set and `math` only).
+    "data.validation": "the recipe's choice (null: split off data.train)",
+    "env": "one entry per environment the recipe's data names",
+}
+
+
+def left_out_reason(key: str) -> str | None:
+    """The allow-list reason covering dotted `key` (itself or a parent), or None."""
+    parts = key.split(".")
+    for i in range(len(parts), 0, -1):
+        reason = LEFT_OUT.get(".".join(parts[:i]))
+        if reason is not None:
+            return reason
+    return None
