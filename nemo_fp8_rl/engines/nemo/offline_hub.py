@@ -1,0 +1,138 @@
+"""A local Hugging Face Hub cache for the preflight: the model's real config, a tiny tokenizer, data.
+
+NeMo RL loads the tokenizer (`AutoTokenizer.from_pretrained(model_name)`) and the model config
+(`AutoConfig.from_pretrained(model_name)`, in the vLLM and Megatron workers) from the Hub. The
+preflight writes a Hub cache folder holding, for the recipe's model, the model's real
+`config.json` (shipped in `model_configs/`, public values of the model card's file) and a tiny
+character tokenizer with a chat template, then points `huggingface_hub` at it in offline mode;
+NeMo RL's own calls resolve there unchanged. Hub data sets come from `dataset_sample`: a few
+synthetic rows with the real data set's columns, so NeMo RL's own `format_data` and processors run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import string
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+MODEL_CONFIGS = Path(__file__).with_name("model_configs")
+SNAPSHOT = "0" * 40  # the cache's revision name for our files
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+
+
+class NoLocalCopy(FileNotFoundError):
+    """The preflight has no local copy of something NeMo RL would download."""
+
+
+def shipped_models() -> list[str]:
+    """Model names whose config.json ships with the package."""
+    return sorted(p.stem.replace("--", "/") for p in MODEL_CONFIGS.glob("*.json"))
+
+
+def model_config(model_name: str) -> dict[str, Any]:
+    """The shipped config.json of `model_name` (NoLocalCopy if there is none)."""
+    path = MODEL_CONFIGS / f"{model_name.replace('/', '--')}.json"
+    if not path.is_file():
+        raise NoLocalCopy(
+            f"no config.json for {model_name} in {MODEL_CONFIGS}; add the model's config.json "
+            f"there as {path.name} (shipped: {', '.join(shipped_models())})"
+        )
+    return json.loads(path.read_text())
+
+
+def _tiny_tokenizer(config: dict[str, Any]) -> Any:
+    """Character tokenizer (printable ASCII + chat markers), with a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = ["<pad>", "<bos>", "<eos>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+    vocab = {tok: i for i, tok in enumerate(specials + sorted(set(string.printable)))}
+    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        unk_token="<pad>", additional_special_tokens=specials[3:],
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def write_model(cache: Path, model_name: str) -> Path:
+    """Put `model_name`'s config.json and the tiny tokenizer into the Hub cache `cache`."""
+    repo = cache / f"models--{model_name.replace('/', '--')}"
+    snap = repo / "snapshots" / SNAPSHOT
+    snap.mkdir(parents=True, exist_ok=True)
+    config = model_config(model_name)
+    (snap / "config.json").write_text(json.dumps(config, indent=2))
+    _tiny_tokenizer(config).save_pretrained(snap)
+    (repo / "refs").mkdir(exist_ok=True)
+    (repo / "refs" / "main").write_text(SNAPSHOT)
+    return snap
+
+
+@contextlib.contextmanager
+def offline_hub(cache: Path) -> Iterator[Path]:
+    """`huggingface_hub` reads `cache`, offline, for the duration (restored afterwards)."""
+    from huggingface_hub import constants
+
+    saved = (constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE)
+    env = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "HF_HUB_CACHE", "HF_DATASETS_OFFLINE")}
+    constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = str(cache), True
+    os.environ.update(HF_HUB_OFFLINE="1", HF_HUB_CACHE=str(cache), HF_DATASETS_OFFLINE="1")
+    try:
+        yield cache
+    finally:
+        constants.HF_HUB_CACHE, constants.HF_HUB_OFFLINE = saved
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _math_rows(n: int) -> list[tuple[str, str]]:
+    return [(f"What is {i} + {i + 1}?", str(2 * i + 1)) for i in range(n)]
+
+
+def _openmathinstruct2(n: int) -> list[dict[str, Any]]:
+    return [
+        {"problem": q, "generated_solution": f"\\boxed{{{a}}}", "expected_answer": a,
+         "problem_source": "synthetic"}
+        for q, a in _math_rows(n)
+    ]
+
+
+def _dapo(n: int) -> list[dict[str, Any]]:
+    return [
+        {"data_source": "synthetic", "prompt": [{"content": q, "role": "user"}], "ability": "MATH",
+         "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
+         "extra_info": {"index": str(i)}}
+        for i, (q, a) in enumerate(_math_rows(n))
+    ]
+
+
+# Columns of the Hub data sets the shipped recipes use (as NeMo RL's format_data reads them).
+DATASET_ROWS = {
+    "nvidia/OpenMathInstruct-2": _openmathinstruct2,
+    "BytedTsinghua-SIA/DAPO-Math-17k": _dapo,
+    "BytedTsinghua-SIA/AIME-2024": _dapo,
+}
+
+
+def dataset_sample(repo: str, rows: int = 512) -> list[dict[str, Any]]:
+    """`rows` synthetic rows with the columns of Hub data set `repo` (NoLocalCopy if unknown)."""
+    make = DATASET_ROWS.get(repo)
+    if make is None:
+        raise NoLocalCopy(
+            f"the preflight has no local sample of the Hub data set {repo!r}; add its columns to "
+            "nemo_fp8_rl/engines/nemo/offline_hub.py DATASET_ROWS"
+        )
+    return make(rows)

@@ -1,0 +1,241 @@
+"""Preflight: a launch rehearsal of a recipe on CPU, through NeMo RL's real driver code.
+
+    result = preflight(recipe)          # NeMo RL importable (scripts/nemo-rl-contract.sh builds one)
+    print(result.report()); result.ok
+
+It runs what `nemo_fp8_rl.train` runs on a cluster: the engine's own `runner._prepare_nemo`
+(hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
+`runner._train` (NeMo RL's `grpo.setup()` with the project's policy factory, loss and metrics
+tee), with only the Ray- and GPU-backed objects replaced by recorders (`recorders`), the Hub
+replaced by a local cache holding the model's real `config.json` (`offline_hub`). Then the vLLM
+worker's config path runs on the generation config `setup()` produced, up to `vllm.LLM(...)`,
+and the Megatron worker's config module is imported where it can be (`worker_rehearsal`).
+
+Every problem is a `LocatedError` from the real traceback. A missing key is recorded, filled
+with NeMo RL's exemplar value (`exemplars`) and the rehearsal re-run, so one preflight reports
+every missing key at once; any other error ends the rehearsal (nothing after it could run).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import dataclasses
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.engines.nemo import recorders as rec
+from nemo_fp8_rl.engines.nemo.located import LocatedError, locate, render_report, with_default_fix
+
+MAX_ROUNDS = 60
+
+
+@dataclass
+class Rehearsal:
+    """What one run of the driver code recorded."""
+
+    clusters: list[rec.ClusterRecorder] = field(default_factory=list)
+    policies: list[rec.PolicyRecorder] = field(default_factory=list)
+    generations: list[rec.GenerationRecorder] = field(default_factory=list)
+    environments: list[rec.EnvironmentRecorder] = field(default_factory=list)
+    train: rec.TrainRecorder = field(default_factory=rec.TrainRecorder)
+    datasets: list[str] = field(default_factory=list)
+    llm_kwargs: dict[str, Any] | None = None
+
+
+@dataclass
+class PreflightResult:
+    """Outcome of `preflight`: problems (empty = passed), parts not run on CPU, timings."""
+
+    recipe: str
+    nemo_rl: str
+    errors: list[LocatedError]
+    not_run: list[str]
+    rehearsal: Rehearsal | None
+    seconds: float
+    rounds: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def report(self) -> str:
+        lines = []
+        if self.errors:
+            lines.append(render_report(self.recipe, self.errors, Path(self.nemo_rl)))
+        else:
+            lines.append(f"preflight of {self.recipe} against NeMo RL at {self.nemo_rl}: passed")
+            lines += self._summary()
+        lines.append(f"  ({self.seconds:.1f} s, {self.rounds} rehearsal(s))")
+        if self.not_run:
+            lines.append("  not rehearsed on CPU:")
+            lines += [f"    - {item}" for item in self.not_run]
+        return "\n".join(lines)
+
+    def _summary(self) -> list[str]:
+        r = self.rehearsal
+        if r is None:
+            return []
+        out = [f"  clusters: {[c.kwargs.get('bundle_ct_per_node_list') for c in r.clusters]}"]
+        for p in r.policies:
+            ext = p.kwargs.get("worker_extension_cls_fqn")
+            out.append(f"  policy: {p.kwargs['config']['model_name']}" + (f" ({ext})" if ext else ""))
+        if r.llm_kwargs is not None:
+            shown = {k: r.llm_kwargs.get(k) for k in ("model", "tensor_parallel_size", "dtype",
+                                                     "kv_cache_dtype", "gpu_memory_utilization")}
+            out.append(f"  vllm.LLM: {shown}")
+        out.append(f"  grpo_train reached: {r.train.called('grpo_train')}")
+        return out
+
+
+def _nemo_rl_tree() -> Path:
+    import nemo_rl
+
+    return Path(nemo_rl.__file__).resolve().parents[1]
+
+
+def _roots(exc: BaseException) -> dict[str, Any]:
+    """The live config sections NeMo RL was reading, from the MasterConfig on the stack."""
+    from nemo_rl.algorithms.grpo import MasterConfig
+
+    tb, found = exc.__traceback__, None
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, MasterConfig):
+                found = value
+        tb = tb.tb_next
+    if found is None:
+        return {}
+    return {k: v for k, v in vars(found).items() if isinstance(v, dict)}
+
+
+def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, Any]]:
+    from nemo_rl.algorithms import grpo
+    from nemo_rl.data import utils as data_utils
+    from nemo_rl.distributed import virtual_cluster
+    from nemo_rl.models.policy import lm_policy
+    from nemo_rl.utils import logger as nemo_logger
+
+    from nemo_fp8_rl.engines.nemo.offline_hub import dataset_sample
+
+    def keep(cls: type, bucket: list) -> type:
+        return type(cls.__name__, (cls,), {"__init__": lambda self, *a, **k: (
+            cls.__init__(self, *a, **k), bucket.append(self))[0]})
+
+    hub = rec.HubDatasetRecorder(lambda repo: (r.datasets.append(repo), dataset_sample(repo))[1])
+    out = [
+        (grpo, "RayVirtualCluster", keep(rec.ClusterRecorder, r.clusters)),
+        (grpo, "Policy", keep(rec.PolicyRecorder, r.policies)),
+        (lm_policy, "Policy", keep(rec.PolicyRecorder, r.policies)),
+        (grpo, "VllmGeneration", keep(rec.GenerationRecorder, r.generations)),
+        (grpo, "ray", ray),
+        (grpo, "grpo_train", r.train),
+        (virtual_cluster, "init_ray", ray.init),
+        (nemo_logger, "RayGpuMonitorLogger", rec.GpuMonitorRecorder),
+        (data_utils, "create_env", keep(rec.EnvironmentRecorder, r.environments)),
+    ]
+    return out + [(m, "load_dataset", hub) for m in rec.dataset_modules()]
+
+
+def _rehearse(recipe: Recipe, work: Path, not_run: list[str]) -> Rehearsal:
+    """One run of the driver code with recorders; raises whatever NeMo RL raises."""
+    from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.offline_hub import offline_hub, write_model
+    from nemo_fp8_rl.engines.nemo.worker_rehearsal import rehearse_megatron_worker, rehearse_vllm_worker
+
+    policy = recipe.config["policy"]
+    cache = work / "hub"
+    for name in {policy["model_name"], policy["tokenizer"]["name"]}:
+        write_model(cache, name)
+    r = Rehearsal()
+    with offline_hub(cache), rec.installed(_replacements(r, rec.RayRecorder())):
+        prepared = runner._prepare_nemo(recipe)
+        runner._train(recipe, work / "run", prepared)
+        if r.generations:
+            gen = r.generations[0].kwargs["config"]
+            seed = recipe.config["grpo"]["seed"]  # grpo is a dict in v0.7.0, a model at main
+            r.llm_kwargs = rehearse_vllm_worker(gen, seed, not_run)
+    if policy.get("megatron_cfg", {}).get("enabled"):
+        rehearse_megatron_worker(not_run)
+    return r
+
+
+def _unlocated(exc: BaseException) -> LocatedError:
+    """An error raised outside NeMo RL: located at its innermost frame."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    file, line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else ("?", 0)
+    return LocatedError(None, file, line, f"{type(exc).__name__}: {exc}"[:400],
+                        "outside NeMo RL's code: see the message")
+
+
+def _set_key(config: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, leaf = dotted.split(".")
+    node = config
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = copy.deepcopy(value)
+
+
+def _for_rehearsal(recipe: Recipe, work: Path, config: dict[str, Any]) -> Recipe:
+    """The recipe with outputs under `work` (a rehearsal never touches the real run dir)."""
+    config = copy.deepcopy(config)
+    config["logger"]["log_dir"] = str(work / "run" / "logs")
+    config["checkpointing"]["checkpoint_dir"] = str(work / "run" / "checkpoints")
+    return dataclasses.replace(recipe, config=config, run_dir=work / "run")
+
+
+def preflight(recipe: Recipe, workdir: Path | None = None) -> PreflightResult:
+    """Rehearse `recipe`'s launch through NeMo RL's real code; every problem located, at once.
+
+    `workdir` is the folder the run would start in (default: the current one; the documented
+    launch is from the NeMo RL folder): NeMo RL resolves relative paths such as
+    `data.default.prompt_file` against it.
+    """
+    with contextlib.chdir(workdir or Path.cwd()):
+        return _preflight(recipe)
+
+
+def _preflight(recipe: Recipe) -> PreflightResult:
+    from nemo_fp8_rl.engines.nemo.exemplars import exemplar_keys
+    from nemo_fp8_rl.engines.nemo.handoff import HandoffError
+
+    start, tree = time.perf_counter(), _nemo_rl_tree()
+    try:
+        defaults = exemplar_keys(tree)
+    except FileNotFoundError:
+        defaults = {}  # an installed NeMo RL without examples/: fixes name no default value
+    config, errors, not_run, result = copy.deepcopy(recipe.config), [], [], None
+    rounds = 0
+    with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-preflight-") as tmp:
+        for rounds in range(1, MAX_ROUNDS + 1):
+            work = Path(tmp) / f"r{rounds}"
+            not_run = []
+            try:
+                result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run)
+                break
+            except HandoffError as exc:
+                errors.append(LocatedError(None, "nemo_rl/algorithms/grpo.py", 0, str(exc),
+                                           "fix the keys listed (NeMo RL's names and types)"))
+                break
+            except Exception as exc:  # noqa: BLE001 - every NeMo RL failure becomes a report
+                err = locate(exc, _roots(exc)) or _unlocated(exc)
+                if isinstance(exc, FileNotFoundError) and err.key is None:
+                    err = dataclasses.replace(err, fix=(
+                        f"relative paths resolve against the folder the run starts in "
+                        f"({Path.cwd()}): start from the NeMo RL folder, or make the path absolute"))
+                known = defaults.get(err.key or "")
+                if err.key and not err.key.startswith("?") and err.key not in {
+                        e.key for e in errors}:
+                    errors.append(with_default_fix(err, known.value, known.source) if known else err)
+                    _set_key(config, err.key, known.value if known else None)
+                    continue
+                errors.append(err)
+                break
+    return PreflightResult(recipe.name, str(tree), errors, not_run, result,
+                           time.perf_counter() - start, rounds)
