@@ -2,7 +2,7 @@
 
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
                        [--job-name N] [--nodes N] [--run-dir D] [--resume] [--template F]
-                       [--seeds 1-3] [--dry-run] [key=value ...]
+                       [--seeds 1-3] [--dry-run] [--no-preflight] [key=value ...]
     nemo_fp8_rl.submit --eval RUN [--checkpoint last|best|step_N] [--suite S] [--data-dir D]
                        [--account A ...] [--dry-run]
     nemo_fp8_rl.submit status JOB
@@ -13,6 +13,9 @@ With `--seeds` the job is a Slurm job array, one task per seed (task id = seed):
 complete job of its own (all its nodes, its own Ray cluster) training `<run dir>/seed-<k>` with
 `grpo.seed=<k>`. Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
 recipe itself (checked by its schema) and are frozen into the copy the job trains with.
+Before `sbatch`, the recipe's launch is rehearsed through NeMo RL's setup code on CPU (the
+preflight of `nemo_fp8_rl.train --preflight`) where NeMo RL is importable; a failing recipe is
+not submitted (exit 2). `--no-preflight` skips it.
 """
 
 from __future__ import annotations
@@ -66,6 +69,11 @@ def _submit_parser() -> argparse.ArgumentParser:
         help="submit a job array, one task per seed, e.g. 1-3 or 1,2,5 (runs in <run dir>/seed-<k>)",
     )
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    p.add_argument(
+        "--no-preflight",
+        action="store_true",
+        help="submit without rehearsing the launch through NeMo RL's setup code first",
+    )
     return p
 
 
@@ -129,6 +137,35 @@ def _job_parser() -> argparse.ArgumentParser:
     return p
 
 
+def preflight_gate(recipe, skip: bool) -> int | None:
+    """Run the preflight before sbatch; an exit code if the recipe must not be submitted.
+
+    Skipped (and said so on stderr) with --no-preflight or where NeMo RL is not importable.
+    """
+    if recipe.config["cluster"]["gpus_per_node"] == 0:
+        return None  # a CPU recipe runs the embedded engine: nothing of NeMo RL to rehearse
+    if skip:
+        print("preflight skipped (--no-preflight): the launch was not rehearsed", file=sys.stderr)
+        return None
+    from nemo_fp8_rl.engines.nemo.compat import available
+
+    ok, why = available()
+    if not ok:
+        print(f"preflight skipped: NeMo RL is not importable here ({why})", file=sys.stderr)
+        return None
+    from nemo_fp8_rl.engines.nemo.preflight import preflight
+
+    result = preflight(recipe)
+    print(result.report(), file=sys.stderr)
+    if not result.ok:
+        print(
+            "error: not submitted: the preflight failed (fix the recipe, or --no-preflight)",
+            file=sys.stderr,
+        )
+        return 2
+    return None
+
+
 def run_submit(args: argparse.Namespace) -> int:
     """Load the recipe, render the script; print it (--dry-run) or write the files and sbatch."""
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
@@ -150,6 +187,9 @@ def run_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(script)
         return 0
+    refused = preflight_gate(recipe, skip=args.no_preflight)
+    if refused is not None:
+        return refused
     _, script_file = write_job_files(recipe, script, spec.log_root)
     job_id = submit(script_file)
     print(f"Submitted job {job_id}")

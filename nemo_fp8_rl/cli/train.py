@@ -1,9 +1,11 @@
-"""`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--resume] [key=value ...]`.
+"""`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--preflight] [--resume] [key=value ...]`.
 
 With `--seeds 1-3 [--parallel N]` the recipe trains once per seed, each in `<run dir>/seed-<k>`
 (see `nemo_fp8_rl.cli.train_seeds`).
 
 `auto` runs the embedded CPU engine for `cluster.gpus_per_node: 0` and NeMo RL otherwise.
+`--preflight` rehearses a GPU recipe's launch through NeMo RL's real setup code on CPU (exit 2
+with every problem located if it fails); see `engines/nemo/preflight.py`.
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ def main(argv: list[str] | None = None) -> int:
         help="print the resolved recipe and the engine, run nothing",
     )
     parser.add_argument(
+        "--preflight",
+        action="store_true",
+        help="rehearse the launch through NeMo RL's setup code on CPU, start nothing",
+    )
+    parser.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
     add_seed_args(parser)
@@ -68,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         except EngineUnavailable as exc:
             print(f"# engine: none ({exc})")
         return 0
+    if args.preflight:
+        from nemo_fp8_rl.engines.nemo.preflight import run_check
+
+        return run_check(recipe)
     try:
         engine = choose_engine(recipe, args.engine)
     except EngineUnavailable as exc:

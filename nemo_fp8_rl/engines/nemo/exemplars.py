@@ -46,9 +46,8 @@ def exemplar_paths(src: Path) -> list[Path]:
 
 def load_exemplar(path: Path) -> dict[str, Any]:
     """`path` composed and resolved by NeMo RL's loader (defaults chain, `${mul:...}` resolvers)."""
-    from omegaconf import OmegaConf
-
     from nemo_rl.utils.config import load_config, register_omegaconf_resolvers
+    from omegaconf import OmegaConf
 
     register_omegaconf_resolvers()
     return OmegaConf.to_container(load_config(str(path)), resolve=True)

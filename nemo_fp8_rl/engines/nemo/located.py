@@ -124,8 +124,11 @@ def key_path_of(container: Any, key: Any, roots: dict[str, Any]) -> str | None:
     """Dotted path of `container[key]` among the trees in `roots` (identity, then equality)."""
     if container is None:
         return None
-    candidates = [(f"{name}.{p}" if p else name, node) for name, tree in roots.items()
-                  for p, node in tree_paths(tree)]
+    candidates = [
+        (f"{name}.{p}" if p else name, node)
+        for name, tree in roots.items()
+        for p, node in tree_paths(tree)
+    ]
     for path, node in candidates:
         if node is container:
             return f"{path}.{key}"

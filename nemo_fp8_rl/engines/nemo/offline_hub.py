@@ -58,8 +58,12 @@ def _tiny_tokenizer(config: dict[str, Any]) -> Any:
     core.pre_tokenizer = pre_tokenizers.Split(pattern="", behavior="isolated")
     core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(
-        tokenizer_object=core, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-        unk_token="<pad>", additional_special_tokens=specials[3:],
+        tokenizer_object=core,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        unk_token="<pad>",
+        additional_special_tokens=specials[3:],
     )
     tok.chat_template = CHAT_TEMPLATE
     return tok
@@ -104,17 +108,25 @@ def _math_rows(n: int) -> list[tuple[str, str]]:
 
 def _openmathinstruct2(n: int) -> list[dict[str, Any]]:
     return [
-        {"problem": q, "generated_solution": f"\\boxed{{{a}}}", "expected_answer": a,
-         "problem_source": "synthetic"}
+        {
+            "problem": q,
+            "generated_solution": f"\\boxed{{{a}}}",
+            "expected_answer": a,
+            "problem_source": "synthetic",
+        }
         for q, a in _math_rows(n)
     ]
 
 
 def _dapo(n: int) -> list[dict[str, Any]]:
     return [
-        {"data_source": "synthetic", "prompt": [{"content": q, "role": "user"}], "ability": "MATH",
-         "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
-         "extra_info": {"index": str(i)}}
+        {
+            "data_source": "synthetic",
+            "prompt": [{"content": q, "role": "user"}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": a, "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": str(i)},
+        }
         for i, (q, a) in enumerate(_math_rows(n))
     ]
 

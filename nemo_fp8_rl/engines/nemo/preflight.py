@@ -83,10 +83,20 @@ class PreflightResult:
         out = [f"  clusters: {[c.kwargs.get('bundle_ct_per_node_list') for c in r.clusters]}"]
         for p in r.policies:
             ext = p.kwargs.get("worker_extension_cls_fqn")
-            out.append(f"  policy: {p.kwargs['config']['model_name']}" + (f" ({ext})" if ext else ""))
+            out.append(
+                f"  policy: {p.kwargs['config']['model_name']}" + (f" ({ext})" if ext else "")
+            )
         if r.llm_kwargs is not None:
-            shown = {k: r.llm_kwargs.get(k) for k in ("model", "tensor_parallel_size", "dtype",
-                                                     "kv_cache_dtype", "gpu_memory_utilization")}
+            shown = {
+                k: r.llm_kwargs.get(k)
+                for k in (
+                    "model",
+                    "tensor_parallel_size",
+                    "dtype",
+                    "kv_cache_dtype",
+                    "gpu_memory_utilization",
+                )
+            }
             out.append(f"  vllm.LLM: {shown}")
         out.append(f"  grpo_train reached: {r.train.called('grpo_train')}")
         return out
@@ -123,8 +133,16 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
     from nemo_fp8_rl.engines.nemo.offline_hub import dataset_sample
 
     def keep(cls: type, bucket: list) -> type:
-        return type(cls.__name__, (cls,), {"__init__": lambda self, *a, **k: (
-            cls.__init__(self, *a, **k), bucket.append(self))[0]})
+        return type(
+            cls.__name__,
+            (cls,),
+            {
+                "__init__": lambda self, *a, **k: (
+                    cls.__init__(self, *a, **k),
+                    bucket.append(self),
+                )[0]
+            },
+        )
 
     hub = rec.HubDatasetRecorder(lambda repo: (r.datasets.append(repo), dataset_sample(repo))[1])
     out = [
@@ -145,7 +163,10 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
     from nemo_fp8_rl.engines.nemo.offline_hub import offline_hub, write_model
-    from nemo_fp8_rl.engines.nemo.worker_rehearsal import rehearse_megatron_worker, rehearse_vllm_worker
+    from nemo_fp8_rl.engines.nemo.worker_rehearsal import (
+        rehearse_megatron_worker,
+        rehearse_vllm_worker,
+    )
 
     policy = recipe.config["policy"]
     cache = work / "hub"
@@ -170,8 +191,13 @@ def _unlocated(exc: BaseException) -> LocatedError:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     file, line = (tb.tb_frame.f_code.co_filename, tb.tb_lineno) if tb else ("?", 0)
-    return LocatedError(None, file, line, f"{type(exc).__name__}: {exc}"[:400],
-                        "outside NeMo RL's code: see the message")
+    return LocatedError(
+        None,
+        file,
+        line,
+        f"{type(exc).__name__}: {exc}"[:400],
+        "outside NeMo RL's code: see the message",
+    )
 
 
 def _set_key(config: dict[str, Any], dotted: str, value: Any) -> None:
@@ -220,22 +246,52 @@ def _preflight(recipe: Recipe) -> PreflightResult:
                 result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run)
                 break
             except HandoffError as exc:
-                errors.append(LocatedError(None, "nemo_rl/algorithms/grpo.py", 0, str(exc),
-                                           "fix the keys listed (NeMo RL's names and types)"))
+                errors.append(
+                    LocatedError(
+                        None,
+                        "nemo_rl/algorithms/grpo.py",
+                        0,
+                        str(exc),
+                        "fix the keys listed (NeMo RL's names and types)",
+                    )
+                )
                 break
             except Exception as exc:  # noqa: BLE001 - every NeMo RL failure becomes a report
                 err = locate(exc, _roots(exc)) or _unlocated(exc)
                 if isinstance(exc, FileNotFoundError) and err.key is None:
-                    err = dataclasses.replace(err, fix=(
-                        f"relative paths resolve against the folder the run starts in "
-                        f"({Path.cwd()}): start from the NeMo RL folder, or make the path absolute"))
+                    err = dataclasses.replace(
+                        err,
+                        fix=(
+                            f"relative paths resolve against the folder the run starts in "
+                            f"({Path.cwd()}): start from the NeMo RL folder, or make the path absolute"
+                        ),
+                    )
                 known = defaults.get(err.key or "")
-                if err.key and not err.key.startswith("?") and err.key not in {
-                        e.key for e in errors}:
-                    errors.append(with_default_fix(err, known.value, known.source) if known else err)
+                if (
+                    err.key
+                    and not err.key.startswith("?")
+                    and err.key not in {e.key for e in errors}
+                ):
+                    errors.append(
+                        with_default_fix(err, known.value, known.source) if known else err
+                    )
                     _set_key(config, err.key, known.value if known else None)
                     continue
                 errors.append(err)
                 break
-    return PreflightResult(recipe.name, str(tree), errors, not_run, result,
-                           time.perf_counter() - start, rounds)
+    return PreflightResult(
+        recipe.name, str(tree), errors, not_run, result, time.perf_counter() - start, rounds
+    )
+
+
+def run_check(recipe: Recipe, out: Any = print) -> int:
+    """CLI helper: 0 passed, 2 problems found, 3 NeMo RL not importable here (`out` gets text)."""
+    from nemo_fp8_rl.engines.nemo.compat import available
+
+    ok, why = available()
+    if not ok:
+        out(f"preflight not run: NeMo RL is not usable here: {why}")
+        return 3
+    result = preflight(recipe)
+    out(result.report())
+    return 0 if result.ok else 2

@@ -198,7 +198,6 @@ def installed(replacements: list[tuple[Any, str, Any]]) -> Iterator[None]:
 def dataset_modules() -> list[Any]:
     """NeMo RL's dataset modules that bound `datasets.load_dataset` at import."""
     import datasets
-
     import nemo_rl.data.datasets  # noqa: F401 - imports every dataset class
 
     return [

@@ -139,9 +139,10 @@ def rehearse_megatron_worker(not_run: list[str]) -> bool:
         where = f"{relative_file(hit[0].f_code.co_filename)}:{hit[1]}" if hit else "?"
         not_run.append(
             f"nemo_rl/models/megatron/setup.py (policy.megatron_cfg -> Megatron model, optimizer "
-            f"and DDP configs): its import at {where} fails here: {exc}. Megatron-Bridge imports "
-            "Transformer Engine (megatron/bridge/peft/lora_layers.py), which needs CUDA; the keys "
-            "this module reads are held against NeMo RL's exemplars instead (contract test)"
+            f"and DDP configs): its import at {where} fails here: {exc}. It needs Megatron-Bridge, "
+            "whose import needs Transformer Engine (megatron-bridge 0.6.2 from PyPI: "
+            "megatron/bridge/peft/lora_layers.py imports transformer_engine.pytorch), a CUDA "
+            "library; the keys it reads are held against NeMo RL's exemplar configs instead"
         )
         return False
     not_run.append(

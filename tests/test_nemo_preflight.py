@@ -1,0 +1,168 @@
+"""Preflight and hand-off completeness against a real NeMo RL tree (`NEMO_RL_SRC`, Python >= 3.12).
+
+Run with `scripts/nemo-rl-contract.sh /path/to/nemo-rl` (both v0.7.0 and main are supported).
+The preflight runs NeMo RL's real `grpo.setup()` with recorders for the Ray/GPU objects only
+(nemo_fp8_rl/engines/nemo/recorders.py names each); these tests check it reaches the training
+loop for every GPU recipe, that a key removed from the hand-off is reported with its key path and
+the NeMo RL file that reads it, and that every key of NeMo RL's exemplar configs is in the
+hand-off (or in the commented allow-list `handoff.LEFT_OUT`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from test_nemo_contract import _skip_reason
+
+from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
+from nemo_fp8_rl.engines.nemo.handoff import LEFT_OUT, to_nemo_config
+
+pytestmark = [
+    pytest.mark.nemo_rl,
+    pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
+]
+
+SRC = Path(os.environ.get("NEMO_RL_SRC", "."))
+GPU_RECIPES = [p for p in find_recipes() if "tiny" not in short_name(p)]
+IDS = [short_name(p) for p in GPU_RECIPES]
+
+
+@pytest.fixture(scope="module")
+def exemplar() -> dict:
+    from nemo_fp8_rl.engines.nemo.exemplars import exemplar_keys
+
+    return exemplar_keys(SRC)
+
+
+def _preflight(recipe):
+    from nemo_fp8_rl.engines.nemo.preflight import preflight
+
+    return preflight(recipe, workdir=SRC)
+
+
+def test_gpu_recipes_are_all_the_non_cpu_ones() -> None:
+    assert GPU_RECIPES and all(
+        load_recipe(p).config["cluster"]["gpus_per_node"] > 0 for p in GPU_RECIPES
+    )
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=IDS)
+def test_handoff_has_every_key_of_nemo_rl_exemplars(path, exemplar) -> None:
+    from nemo_fp8_rl.engines.nemo.exemplars import missing_from_handoff
+
+    missing = missing_from_handoff(to_nemo_config(load_recipe(path)), exemplar)
+    assert not missing, "\n".join(f"{k.key} (= {k.value!r} in {k.source})" for k in missing)
+
+
+def test_allow_list_entries_are_real_exemplar_keys(exemplar) -> None:
+    """Every allow-listed key is (or heads) a key some exemplar has: no stale entries."""
+    for key in LEFT_OUT:
+        assert any(k == key or k.startswith(key + ".") for k in exemplar), key
+
+
+@pytest.mark.parametrize("path", GPU_RECIPES, ids=IDS)
+def test_preflight_runs_nemo_rl_setup_to_the_training_loop(path) -> None:
+    recipe = load_recipe(path)
+    result = _preflight(recipe)
+    assert result.ok, result.report()
+    r = result.rehearsal
+    assert r.train.called("grpo_train")  # grpo.setup() returned and the runner went on
+    (policy,) = r.policies
+    cfg = recipe.config
+    assert policy.kwargs["config"]["model_name"] == cfg["policy"]["model_name"]
+    assert policy.kwargs["config"]["megatron_cfg"]["train_iters"] >= 1  # set by setup()
+    calibrated = cfg["loss_fn"]["calibration"]["enabled"]
+    assert ("worker_extension_cls_fqn" in policy.kwargs) == calibrated
+    gpus = cfg["cluster"]["gpus_per_node"]
+    assert [c.world_size() for c in r.clusters] == [gpus * cfg["cluster"]["num_nodes"]]
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    assert r.llm_kwargs["model"] == cfg["policy"]["model_name"]
+    assert r.llm_kwargs["tensor_parallel_size"] == vllm["tensor_parallel_size"]
+    assert r.llm_kwargs["max_model_len"] == vllm["max_model_len"]
+    assert r.llm_kwargs["kv_cache_dtype"] == vllm["kv_cache_dtype"]
+    assert r.llm_kwargs["gpu_memory_utilization"] == vllm["gpu_memory_utilization"]
+    assert any("megatron/setup.py" in item for item in result.not_run)
+
+
+# Keys of the exemplars that NeMo RL's driver or vLLM worker reads with [] on this path.
+REMOVABLE = [
+    "data.use_multiple_dataloader",
+    "data.num_workers",
+    "policy.generation.colocated",
+    "policy.generation.vllm_cfg.enforce_eager",
+    "policy.generation.vllm_cfg.max_model_len",
+    "policy.sequence_packing",
+    "logger.gpu_monitoring",
+]
+
+
+def _drop(config: dict, dotted: str) -> None:
+    *parents, leaf = dotted.split(".")
+    for part in parents:
+        config = config[part]
+    del config[leaf]
+
+
+@pytest.mark.parametrize("key", REMOVABLE)
+def test_removed_key_is_reported_with_key_path_and_nemo_rl_file(key, exemplar) -> None:
+    assert key in exemplar or any(k.startswith(key + ".") for k in exemplar), key
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
+    _drop(recipe.config, key)
+    result = _preflight(recipe)
+    assert not result.ok
+    hits = [e for e in result.errors if key in (e.key or "") or key in e.message]
+    assert hits, result.report()
+    assert all(e.file.startswith("nemo_rl/") for e in hits), result.report()
+    assert key in result.report()
+
+
+def test_several_missing_keys_are_reported_at_once(exemplar) -> None:
+    recipe = load_recipe("llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g-fp8")
+    for key in ("data.use_multiple_dataloader", "policy.generation.vllm_cfg.enforce_eager"):
+        _drop(recipe.config, key)
+    result = _preflight(recipe)
+    found = {e.key: e for e in result.errors}
+    assert set(found) == {
+        "data.use_multiple_dataloader",
+        "policy.generation.vllm_cfg.enforce_eager",
+    }
+    assert found["data.use_multiple_dataloader"].file == "nemo_rl/algorithms/grpo.py"
+    src_line = (
+        (SRC / "nemo_rl/algorithms/grpo.py")
+        .read_text()
+        .splitlines()[found["data.use_multiple_dataloader"].line - 1]
+    )
+    assert 'data_config["use_multiple_dataloader"]' in src_line
+    assert "vllm_worker.py" in found["policy.generation.vllm_cfg.enforce_eager"].file
+    assert "False" in found["data.use_multiple_dataloader"].fix  # NeMo RL's own default
+
+
+def test_a_failing_assertion_is_located_in_nemo_rl() -> None:
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
+    recipe.config["loss_fn"]["use_importance_sampling_correction"] = False
+    result = _preflight(recipe)
+    (err,) = result.errors
+    assert err.file == "nemo_rl/algorithms/grpo.py" and "Importance sampling" in err.message
+
+
+def test_relative_prompt_file_resolves_against_the_run_folder(tmp_path) -> None:
+    from nemo_fp8_rl.engines.nemo.preflight import preflight
+
+    recipe = load_recipe("qwen3-4b/grpo-qwen3-4b-1n8g-fp8")
+    assert recipe.config["data"]["default"]["prompt_file"] == "examples/prompts/cot.txt"
+    result = preflight(recipe, workdir=tmp_path)  # not the NeMo RL folder
+    assert not result.ok and "NeMo RL folder" in result.errors[0].fix
+
+
+def test_submit_refuses_a_recipe_that_fails_preflight(monkeypatch, capsys) -> None:
+    from nemo_fp8_rl.cli.submit import preflight_gate
+
+    monkeypatch.chdir(SRC)  # the job's working folder: the NeMo RL folder
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
+    _drop(recipe.config, "data.use_multiple_dataloader")
+    assert preflight_gate(recipe, skip=False) == 2
+    err = capsys.readouterr().err
+    assert "data.use_multiple_dataloader" in err and "not submitted" in err
+    assert preflight_gate(recipe, skip=True) is None

@@ -1,0 +1,115 @@
+"""The preflight's reporting on any machine (no NeMo RL): traceback -> key path + file:line.
+
+A real module under a `nemo_rl/` folder raises the errors, so `locate` reads real tracebacks.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from nemo_fp8_rl.cli import submit as submit_cli
+from nemo_fp8_rl.cli import train as train_cli
+from nemo_fp8_rl.engines.nemo.located import LocatedError, locate, render_report, with_default_fix
+
+READER = """
+def read(master):
+    policy_config = master["policy"]
+    gen = policy_config["generation"]
+    return gen["vllm_cfg"]["enforce_eager"]
+
+def read_copy(master):
+    import copy
+    cfg = copy.deepcopy(master["data"])
+    return cfg["use_multiple_dataloader"]
+
+def check(master):
+    assert master["grpo"]["seed"] > 0, "seed must be positive"
+"""
+
+
+@pytest.fixture()
+def reader(tmp_path):
+    folder = tmp_path / "nemo_rl" / "algorithms"
+    folder.mkdir(parents=True)
+    (folder / "reader.py").write_text(READER)
+    spec = importlib.util.spec_from_file_location("nemo_rl_reader_t", folder / "reader.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("nemo_rl_reader_t", None)
+
+
+def _config() -> dict:
+    return {
+        "policy": {"generation": {"vllm_cfg": {}}},
+        "data": {"shuffle": True},
+        "grpo": {"seed": 0},
+    }
+
+
+def _raise(fn, master):
+    with pytest.raises(Exception) as info:
+        fn(master)
+    return info.value
+
+
+def test_key_error_gives_key_path_and_line(reader) -> None:
+    master = _config()
+    err = locate(_raise(reader.read, master), master)
+    assert err.key == "policy.generation.vllm_cfg.enforce_eager"
+    assert err.file == "nemo_rl/algorithms/reader.py" and err.line == 5
+    assert "enforce_eager" in err.fix
+
+
+def test_key_error_on_a_copy_is_found_by_equality(reader) -> None:
+    master = _config()
+    err = locate(_raise(reader.read_copy, master), master)
+    assert err.key == "data.use_multiple_dataloader" and err.line == 10
+
+
+def test_other_errors_name_the_failing_line(reader) -> None:
+    master = _config()
+    err = locate(_raise(reader.check, master), master)
+    assert err.key is None and err.line == 13 and "seed must be positive" in err.message
+
+
+def test_errors_outside_nemo_rl_are_not_located() -> None:
+    try:
+        {}["x"]
+    except KeyError as exc:
+        assert locate(exc, {}) is None
+
+
+def test_report_lists_every_problem_with_fix() -> None:
+    a = LocatedError("data.x", "nemo_rl/a.py", 3, "missing", "add it")
+    b = with_default_fix(
+        LocatedError("policy.y", "nemo_rl/b.py", 9, "missing", "add"), 0, "ex.yaml"
+    )
+    text = render_report("r", [a, b])
+    assert "2 problem(s)" in text and "nemo_rl/a.py:3" in text and "nemo_rl/b.py:9" in text
+    assert "`policy.y: 0` (NeMo RL's value in ex.yaml)" in text
+
+
+nemo_missing = pytest.mark.skipif(
+    importlib.util.find_spec("nemo_rl") is not None, reason="NeMo RL is importable here"
+)
+
+
+@nemo_missing
+def test_train_preflight_without_nemo_rl_says_why(capsys) -> None:
+    code = train_cli.main(["--recipe", "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", "--preflight"])
+    assert code == 3 and "preflight not run" in capsys.readouterr().out
+
+
+@nemo_missing
+def test_submit_gate_skips_and_says_so(capsys) -> None:
+    from nemo_fp8_rl.config import load_recipe
+
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
+    assert submit_cli.preflight_gate(recipe, skip=False) is None
+    assert "preflight skipped: NeMo RL is not importable" in capsys.readouterr().err
+    assert submit_cli.preflight_gate(recipe, skip=True) is None
+    assert "--no-preflight" in capsys.readouterr().err
