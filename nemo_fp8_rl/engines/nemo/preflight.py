@@ -159,7 +159,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
     return out + [(m, "load_dataset", hub) for m in rec.dataset_modules()]
 
 
-def _rehearse(recipe: Recipe, work: Path, not_run: list[str]) -> Rehearsal:
+def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
     from nemo_fp8_rl.engines.nemo.offline_hub import offline_hub, write_model
@@ -176,6 +176,8 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str]) -> Rehearsal:
     with offline_hub(cache), rec.installed(_replacements(r, rec.RayRecorder())):
         prepared = runner._prepare_nemo(recipe)
         runner._train(recipe, work / "run", prepared)
+        if r.policies:  # the workers' configs, for locating what the workers miss
+            live["policy"] = r.policies[0].kwargs["config"]
         if r.generations:
             gen = r.generations[0].kwargs["config"]
             seed = recipe.config["grpo"]["seed"]  # grpo is a dict in v0.7.0, a model at main
@@ -243,7 +245,8 @@ def _preflight(recipe: Recipe) -> PreflightResult:
             work = Path(tmp) / f"r{rounds}"
             not_run = []
             try:
-                result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run)
+                live: dict[str, Any] = {}
+                result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run, live)
                 break
             except HandoffError as exc:
                 errors.append(
@@ -257,7 +260,7 @@ def _preflight(recipe: Recipe) -> PreflightResult:
                 )
                 break
             except Exception as exc:  # noqa: BLE001 - every NeMo RL failure becomes a report
-                err = locate(exc, _roots(exc)) or _unlocated(exc)
+                err = locate(exc, _roots(exc) or live) or _unlocated(exc)
                 if isinstance(exc, FileNotFoundError) and err.key is None:
                     err = dataclasses.replace(
                         err,
