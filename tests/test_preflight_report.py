@@ -113,3 +113,33 @@ def test_submit_gate_skips_and_says_so(capsys) -> None:
     assert "preflight skipped: NeMo RL is not importable" in capsys.readouterr().err
     assert submit_cli.preflight_gate(recipe, skip=True) is None
     assert "--no-preflight" in capsys.readouterr().err
+
+
+SETUP_SRC = '''
+def setup_model_config(config, hf_config):
+    megatron_cfg = config["megatron_cfg"]
+    model_cfg.fp8 = megatron_cfg["fp8_cfg"]["fp8"]
+    if "layernorm_epsilon" in config["megatron_cfg"]:
+        model_cfg.eps = config["megatron_cfg"]["layernorm_epsilon"]
+    model_cfg.relu = config["megatron_cfg"]["use_fused_weighted_squared_relu"]
+    return megatron_cfg.get("moe_router_dtype")
+
+def other(self):
+    cfg = dict(self.cfg["generation"])
+    return cfg["vllm_cfg"]["precision"], hf_config["not_a_policy_key"]
+'''
+
+
+def test_bracket_reads_follow_aliases_and_skip_guarded_reads(tmp_path) -> None:
+    from nemo_fp8_rl.engines.nemo.config_reads import bracket_reads
+
+    (tmp_path / "nemo_rl").mkdir()
+    (tmp_path / "nemo_rl" / "setup.py").write_text(SETUP_SRC)
+    reads = {(r.key, r.line) for r in bracket_reads(tmp_path, "nemo_rl/setup.py")}
+    assert ("policy.megatron_cfg.fp8_cfg.fp8", 4) in reads
+    assert ("policy.megatron_cfg.use_fused_weighted_squared_relu", 7) in reads
+    assert ("policy.generation.vllm_cfg.precision", 12) in reads
+    keys = {k for k, _ in reads}
+    assert "policy.megatron_cfg.layernorm_epsilon" not in keys  # guarded by `in`
+    assert "policy.megatron_cfg.moe_router_dtype" not in keys  # .get() read
+    assert not any("not_a_policy_key" in k for k in keys)

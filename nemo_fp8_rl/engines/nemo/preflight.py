@@ -45,6 +45,8 @@ class Rehearsal:
     train: rec.TrainRecorder = field(default_factory=rec.TrainRecorder)
     datasets: list[str] = field(default_factory=list)
     llm_kwargs: dict[str, Any] | None = None
+    megatron_imported: bool | None = None
+    unverified_reads: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -74,6 +76,12 @@ class PreflightResult:
         if self.not_run:
             lines.append("  not rehearsed on CPU:")
             lines += [f"    - {item}" for item in self.not_run]
+        if self.rehearsal and self.rehearsal.unverified_reads:
+            lines.append(
+                "  read with [] by the Megatron worker's source but absent from its config and "
+                "from NeMo RL's exemplars (unverified: the branch may never be taken):"
+            )
+            lines += [f"    - {item}" for item in self.rehearsal.unverified_reads]
         return "\n".join(lines)
 
     def _summary(self) -> list[str]:
@@ -183,8 +191,51 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
             seed = recipe.config["grpo"]["seed"]  # grpo is a dict in v0.7.0, a model at main
             r.llm_kwargs = rehearse_vllm_worker(gen, seed, not_run)
     if policy.get("megatron_cfg", {}).get("enabled"):
-        rehearse_megatron_worker(not_run)
+        r.megatron_imported = rehearse_megatron_worker(not_run)
     return r
+
+
+MEGATRON_FILES = (
+    "nemo_rl/models/megatron/setup.py",
+    "nemo_rl/models/policy/workers/megatron_policy_worker.py",
+)
+
+
+def static_megatron_check(
+    tree: Path, policy_config: dict[str, Any], defaults: dict[str, Any]
+) -> tuple[list[LocatedError], list[str]]:
+    """`[]` reads of the Megatron worker files (not executable here) against the worker's config.
+
+    A key absent from the config that NeMo RL's own exemplar configs have is an error (NeMo RL
+    expects it, and its exemplar gives the fix); other absent keys are listed as unverified
+    (the scan cannot tell whether their branch is taken).
+    """
+    from nemo_fp8_rl.engines.nemo.config_reads import bracket_reads
+    from nemo_fp8_rl.engines.nemo.exemplars import has_key
+    from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
+
+    live, errors, unverified = {"policy": policy_config}, [], []
+    for rel in MEGATRON_FILES:
+        if not (tree / rel).is_file():
+            continue
+        for read in bracket_reads(tree, rel):
+            if has_key(live, read.key) or left_out_reason(read.key) is not None:
+                continue
+            known = defaults.get(read.key)
+            children = [k for k in defaults.values() if k.key.startswith(read.key + ".")]
+            if known is None and not children:
+                unverified.append(f"{read.key} ({read.file}:{read.line})")
+                continue
+            err = LocatedError(
+                read.key,
+                read.file,
+                read.line,
+                "missing: the Megatron worker reads it with [] (found in its source; not "
+                "executed on CPU)",
+                f"add the section `{read.key}` as in {children[0].source if children else ''}",
+            )
+            errors.append(with_default_fix(err, known.value, known.source) if known else err)
+    return errors, unverified
 
 
 def _unlocated(exc: BaseException) -> LocatedError:
@@ -247,6 +298,11 @@ def _preflight(recipe: Recipe) -> PreflightResult:
             try:
                 live: dict[str, Any] = {}
                 result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run, live)
+                if result.megatron_imported is False and result.policies:
+                    found, result.unverified_reads = static_megatron_check(
+                        tree, result.policies[0].kwargs["config"], defaults
+                    )
+                    errors += [e for e in found if e.key not in {x.key for x in errors}]
                 break
             except HandoffError as exc:
                 errors.append(
