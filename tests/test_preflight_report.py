@@ -115,7 +115,7 @@ def test_submit_gate_skips_and_says_so(capsys) -> None:
     assert "--no-preflight" in capsys.readouterr().err
 
 
-SETUP_SRC = '''
+SETUP_SRC = """
 def setup_model_config(config, hf_config):
     megatron_cfg = config["megatron_cfg"]
     model_cfg.fp8 = megatron_cfg["fp8_cfg"]["fp8"]
@@ -127,7 +127,7 @@ def setup_model_config(config, hf_config):
 def other(self):
     cfg = dict(self.cfg["generation"])
     return cfg["vllm_cfg"]["precision"], hf_config["not_a_policy_key"]
-'''
+"""
 
 
 def test_bracket_reads_follow_aliases_and_skip_guarded_reads(tmp_path) -> None:
