@@ -101,7 +101,7 @@ class PreflightResult:
                     "model",
                     "tensor_parallel_size",
                     "dtype",
-                    "kv_cache_dtype",
+                    "max_model_len",
                     "gpu_memory_utilization",
                 )
             }
