@@ -131,8 +131,28 @@ def _dapo(n: int) -> list[dict[str, Any]]:
     ]
 
 
+def _deepscaler(n: int) -> list[dict[str, Any]]:
+    return [{"problem": q, "answer": a, "solution": f"\\boxed{{{a}}}"} for q, a in _math_rows(n)]
+
+
+def _aime2024(n: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": i,
+            "problem": q,
+            "solution": f"\\boxed{{{a}}}",
+            "answer": a,
+            "url": "",
+            "year": "2024",
+        }
+        for i, (q, a) in enumerate(_math_rows(n))
+    ]
+
+
 # Columns of the Hub data sets the shipped recipes use (as NeMo RL's format_data reads them).
 DATASET_ROWS = {
+    "agentica-org/DeepScaleR-Preview-Dataset": _deepscaler,
+    "HuggingFaceH4/aime_2024": _aime2024,
     "nvidia/OpenMathInstruct-2": _openmathinstruct2,
     "BytedTsinghua-SIA/DAPO-Math-17k": _dapo,
     "BytedTsinghua-SIA/AIME-2024": _dapo,
