@@ -137,6 +137,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
     from nemo_rl.distributed import virtual_cluster
     from nemo_rl.models.policy import lm_policy
     from nemo_rl.utils import logger as nemo_logger
+    from nemo_rl.utils import venvs
 
     from nemo_fp8_rl.engines.nemo.offline_hub import dataset_sample
 
@@ -163,6 +164,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
         (virtual_cluster, "init_ray", ray.init),
         (nemo_logger, "RayGpuMonitorLogger", rec.GpuMonitorRecorder),
         (data_utils, "create_env", keep(rec.EnvironmentRecorder, r.environments)),
+        (venvs, "create_local_venv_on_each_node", rec.VenvRecorder()),
     ]
     return out + [(m, "load_dataset", hub) for m in rec.dataset_modules()]
 

@@ -14,6 +14,7 @@ Hugging Face Hub is replaced, each by a recorder that keeps what it was construc
 | `virtual_cluster.init_ray`                            | `RayRecorder.init`   | connects to / starts a Ray cluster |
 | `logger.RayGpuMonitorLogger`                          | `GpuMonitorRecorder` | a Ray actor polling GPUs |
 | `data.utils.create_env`                               | `EnvironmentRecorder`| starts the reward environment actor |
+| `venvs.create_local_venv_on_each_node`                | `VenvRecorder`       | builds a worker venv on every Ray node |
 | `load_dataset` in NeMo RL's dataset modules           | `HubDatasetRecorder` | downloads from the Hub |
 
 Everything else (config handling, tokenizer, data processing, dataloaders, loss, logger,
@@ -124,6 +125,14 @@ class TrainRecorder(Recorder):
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self._record("grpo_train", *args, **kwargs)
+
+
+class VenvRecorder(Recorder):
+    """`create_local_venv_on_each_node(py_executable, venv_name)`: records, builds nothing."""
+
+    def __call__(self, py_executable: str, venv_name: str) -> str:
+        self._record("create_local_venv_on_each_node", py_executable, venv_name)
+        return f"<{venv_name} venv NeMo RL builds on each node>/bin/python"
 
 
 class GpuMonitorRecorder(Recorder):
