@@ -34,6 +34,8 @@ from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.trainer import Trainer
 
 BASE = "tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated"
+TW = "policy.megatron_cfg.fp8_cfg.fp8_recipe=tensorwise"
+LR3E5 = ["policy.megatron_cfg.optimizer.lr=3e-5", "policy.megatron_cfg.optimizer.min_lr=3e-5"]
 VARIANTS: dict[str, list[str]] = {
     "blockwise (default)": [],
     "blockwise pow2 scales": ["policy.megatron_cfg.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES=0"],
@@ -61,6 +63,28 @@ VARIANTS: dict[str, list[str]] = {
         "policy.megatron_cfg.fp8_cfg.fp8_recipe=tensorwise",
         "policy.train_micro_batch_size=16",
     ],
+    "tensorwise 1 update/batch": [TW, "policy.train_global_batch_size=256"],
+    "tensorwise 2 updates/batch": [TW, "policy.train_global_batch_size=128"],
+    "tensorwise 2 updates/batch, logprob batch = micro batch": [
+        TW,
+        "policy.train_global_batch_size=128",
+        "policy.logprob_batch_size=64",
+    ],
+    "tensorwise 2 updates/batch lr 3e-5": [TW, "policy.train_global_batch_size=128", *LR3E5],
+    "blockwise 2 updates/batch lr 3e-5": ["policy.train_global_batch_size=128", *LR3E5],
+    "tensorwise 4 updates/batch lr 3e-5": [TW, *LR3E5],
+    "blockwise 4 updates/batch lr 3e-5": [*LR3E5],
+    "tensorwise 2 updates/batch, micro batch 16": [
+        TW,
+        "policy.train_global_batch_size=128",
+        "policy.train_micro_batch_size=16",
+    ],
+    "blockwise 2 updates/batch, micro batch 16": [
+        "policy.train_global_batch_size=128",
+        "policy.train_micro_batch_size=16",
+    ],
+    "blockwise 4 layers": ["local.model.num_layers=4"],
+    "tensorwise 4 layers": [TW, "local.model.num_layers=4"],
 }
 
 
@@ -76,6 +100,8 @@ class _Probe(Trainer):
 
 def _rho(rows: list[dict]) -> float:
     """corr(e_old, e_cur) over valid tokens of updates after the first (θ ≠ θ_old)."""
+    if not rows:
+        return float("nan")
     e_old, e_cur = [], []
     for r in rows:
         m = r["mask"] > 0
