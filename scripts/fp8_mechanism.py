@@ -8,7 +8,10 @@ calibration, and reports, averaged over the steps:
 - `rho`: correlation over tokens of the FP8 log-prob errors of the two passes,
   `e_old = lp8(θ_old) − lp16(θ_old)` and `e_cur = lp8(θ) − lp16(θ)`; the log-ratio error is
   `e_cur − e_old`, so rho near 1 means the errors cancel in the ratio;
-- `bf16_L-`, `fp8_L-`: shares of negative-advantage tokens below the nominal lower bound 1 − ε.
+- `bf16_lower_frac_neg`, `fp8_nominal_lower_frac_neg`: shares of negative-advantage tokens
+  whose BF16 / FP8 ratio is below the nominal lower bound 1 − ε;
+- `rel_err_over_nmae`: mean per-token |p̃/p − 1| over prob_nmae (how much more the ratio, a
+  per-token quotient, weighs low-probability tokens than the probability NMAE does).
 Only the project's bit-exact FP8 emulation produces the errors. Usage:
 `uv run python scripts/fp8_mechanism.py [--steps 4] [--only NAME ...]`.
 """
@@ -125,9 +128,9 @@ def run_variant(overrides: list[str], steps: int, run_dir) -> dict[str, float]:
         "ratio_amplification",
         "bf16_lower_frac_neg",
         "fp8_nominal_lower_frac_neg",
-        "prob_relative_amplification",
     )
     acc: dict[str, list[float]] = {k: [] for k in (*keys, "rho")}
+    rel: list[torch.Tensor] = []
     for k in range(steps):
         rollout.apply_refit(trainer.refit_buckets())
         problems = train_problems(local.task, k, n_prompts)
@@ -140,8 +143,29 @@ def run_variant(overrides: list[str], steps: int, run_dir) -> dict[str, float]:
         m = trainer.train_step(build_batch(ids, mask, gen, adv), k)
         for key in keys:
             acc[key].append(m[f"train/{key}"])
+        for r in trainer.last_rows:  # per-token relative error of p over prob NMAE, pooled
+            rel.append(((r["fp8_curr"] - r["bf16_curr"]).exp() - 1).abs()[r["mask"] > 0])
         acc["rho"].append(_rho(trainer.last_rows[trainer.gbs // trainer.mbs :]))
-    return {k: sum(v) / len(v) for k, v in acc.items()}
+    out = {k: sum(v) / len(v) for k, v in acc.items()}
+    out["rel_err_over_nmae"] = float(torch.cat(rel).mean()) / out["prob_nmae"]
+    return out
+
+
+def table(path: Path) -> str:
+    """Markdown table of a results JSONL (one row per variant, in file order)."""
+    head = (
+        "| Variant | steps | prob NMAE | ratio NMAE | ratio ÷ prob | corr(e_old, e_cur) "
+        "| BF16 share r<1−ε (A<0) | FP8 share r<1−ε (A<0) |\n|---|---|---|---|---|---|---|---|"
+    )
+    rows = [head]
+    for line in path.read_text().splitlines():
+        d = json.loads(line)
+        rows.append(
+            f"| {d['variant']} | {d.get('steps', '?')} | {d['prob_nmae']:.4f} | "
+            f"{d['ratio_nmae']:.4f} | {d['ratio_amplification']:.2f} | {d['rho']:.2f} | "
+            f"{d['bf16_lower_frac_neg']:.4f} | {d['fp8_nominal_lower_frac_neg']:.4f} |"
+        )
+    return "\n".join(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +173,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--out", default="/tmp/fp8_mechanism.jsonl")
+    ap.add_argument("--table", help="only print the Markdown table of this JSONL file")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(Path(args.table)))
+        return 0
     torch.set_num_threads(1)
     names = args.only or list(VARIANTS)
     for name in names:
@@ -157,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             res = run_variant(VARIANTS[name], args.steps, Path(tmp))
         res["seconds"] = time.perf_counter() - t0
-        line = {"variant": name, **res}
+        line = {"variant": name, **res, "steps": args.steps}
         with open(args.out, "a") as f:
             f.write(json.dumps(line) + "\n")
         print(f"{name:40s} " + " ".join(f"{k}={v:.4g}" for k, v in res.items()), flush=True)

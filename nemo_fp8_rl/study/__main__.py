@@ -29,6 +29,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--out", type=Path, default=Path("runs/study"))
     ap.add_argument("--report", type=Path, default=Path("docs/study"))
     ap.add_argument("--analyse-only", action="store_true", help="only write the report")
+    ap.add_argument(
+        "overrides", nargs="*", help="key=value overrides for every run (quick checks only)"
+    )
     return ap.parse_args(argv)
 
 
@@ -61,7 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results = []
     if not args.analyse_only:
-        specs = grid.plan([STUDY_DIR / f"{n}.yaml" for n in names], args.seeds, args.out)
+        specs = grid.plan(
+            [STUDY_DIR / f"{n}.yaml" for n in names], args.seeds, args.out, tuple(args.overrides)
+        )
         results = grid.run_all(specs, jobs=args.jobs)
     wall = time.perf_counter() - t0
     table = analysis.collect(args.out, names, args.seeds)
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         "jobs": args.jobs,
         "study_wall_seconds": wall if results else None,
         "failed": [f"{r.spec.name} seed {r.spec.seed}" for r in results if r.returncode],
+        "overrides": args.overrides,
     }
     args.report.mkdir(parents=True, exist_ok=True)
     report.write_json(args.report / "results.json", table, rows, meta)

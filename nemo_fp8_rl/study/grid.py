@@ -28,6 +28,7 @@ class RunSpec:
     seed: int
     run_dir: Path
     steps: int
+    overrides: tuple[str, ...] = ()
 
 
 @dataclass
@@ -40,16 +41,17 @@ class RunResult:
     reused: bool
 
 
-def plan(recipes: list[Path], seeds: list[int], out: Path) -> list[RunSpec]:
-    """The (recipe, seed) runs in launch order (recipe-major)."""
+def plan(
+    recipes: list[Path], seeds: list[int], out: Path, overrides: tuple[str, ...] = ()
+) -> list[RunSpec]:
+    """The (recipe, seed) runs in launch order (recipe-major); `overrides` go to every run."""
     specs = []
     for path in recipes:
-        recipe = load_recipe(path)
+        recipe = load_recipe(path, list(overrides))
         steps = recipe.config["grpo"]["max_num_steps"]
         for seed in seeds:
-            specs.append(
-                RunSpec(path, recipe.name, seed, out / recipe.name / f"seed-{seed}", steps)
-            )
+            run_dir = out / recipe.name / f"seed-{seed}"
+            specs.append(RunSpec(path, recipe.name, seed, run_dir, steps, tuple(overrides)))
     return specs
 
 
@@ -65,13 +67,19 @@ def finished(spec: RunSpec) -> bool:
 def _command(spec: RunSpec) -> list[str]:
     return [
         sys.executable, "-m", "nemo_fp8_rl.train", "--recipe", str(spec.recipe),
-        "--run-dir", str(spec.run_dir), "--no-progress", f"grpo.seed={spec.seed}",
+        "--run-dir", str(spec.run_dir), "--no-progress", f"grpo.seed={spec.seed}", *spec.overrides,
     ]  # fmt: skip
 
 
-def run_all(specs: list[RunSpec], jobs: int = 2, log=print) -> list[RunResult]:
-    """Run the specs, `jobs` at a time; logs of each run in `<run_dir>.log`."""
+def run_all(specs: list[RunSpec], jobs: int = 2, log=print, retries: int = 1) -> list[RunResult]:
+    """Run the specs, `jobs` at a time; logs of each run in `<run_dir>.log`.
+
+    A failed run is started again up to `retries` times (from scratch, after the others that
+    were waiting): on a loaded machine Ray's node start can time out, which says nothing about
+    the recipe; a real failure fails again and is reported.
+    """
     pending, running, results = list(specs), [], []
+    tries: dict[Path, int] = {}
     while pending or running:
         while pending and len(running) < jobs:
             spec = pending.pop(0)
@@ -84,7 +92,7 @@ def run_all(specs: list[RunSpec], jobs: int = 2, log=print) -> list[RunResult]:
                 _clear(spec.run_dir)
             handle = open(f"{spec.run_dir}.log", "w")  # noqa: SIM115 - closed when it ends
             proc = subprocess.Popen(
-                _command(spec), stdout=handle, stderr=subprocess.STDOUT, env=dict(os.environ)
+                _command(spec), stdout=handle, stderr=subprocess.STDOUT, env=run_env()
             )
             running.append((spec, proc, handle, time.perf_counter()))
             log(f"start  {spec.name} seed {spec.seed}")
@@ -96,6 +104,16 @@ def run_all(specs: list[RunSpec], jobs: int = 2, log=print) -> list[RunResult]:
             handle.close()
             running.remove(item)
             seconds = time.perf_counter() - t0
+            if proc.returncode and tries.get(spec.run_dir, 0) < retries:
+                tries[spec.run_dir] = tries.get(spec.run_dir, 0) + 1
+                log(
+                    f"retry  {spec.name} seed {spec.seed} (rc {proc.returncode}, see {spec.run_dir}.log)"
+                )
+                os.replace(
+                    f"{spec.run_dir}.log", f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log"
+                )
+                pending.append(spec)
+                continue
             results.append(RunResult(spec, proc.returncode, seconds, reused=False))
             (spec.run_dir / "study_wall_seconds.json").write_text(json.dumps({"seconds": seconds}))
             state = (
@@ -105,6 +123,18 @@ def run_all(specs: list[RunSpec], jobs: int = 2, log=print) -> list[RunResult]:
             )
             log(f"{state} {spec.name} seed {spec.seed} in {seconds:.0f} s")
     return results
+
+
+def run_env() -> dict[str, str]:
+    """The runs' environment: Ray's actors at normal priority (`RAY_worker_niceness=0`).
+
+    Ray starts worker processes at niceness 15 by default; on a shared machine that lets any
+    other job starve the study's trainer and rollout actors and makes wall times meaningless.
+    An explicit `RAY_worker_niceness` in the caller's environment is kept.
+    """
+    env = dict(os.environ)
+    env.setdefault("RAY_worker_niceness", "0")
+    return env
 
 
 def _kept_seconds(spec: RunSpec) -> float:
