@@ -41,6 +41,9 @@ class Interval:
     n: int
 
     def fmt(self, spec: str = "{:.3f}") -> str:
+        """`mean [low, high]`, `mean (1 seed)`, or `—` without values."""
+        if self.n == 0:
+            return "—"
         if self.n < 2:
             return spec.format(self.mean) + " (1 seed)"
         return f"{spec.format(self.mean)} [{spec.format(self.low)}, {spec.format(self.high)}]"

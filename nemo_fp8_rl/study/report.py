@@ -58,6 +58,10 @@ def targets(table: dict, roles: dict[str, str]) -> list[dict]:
 
 
 def _row(what: str, iv: Interval, target: str, point: bool | None, strict: bool | None) -> dict:
+    if iv.n == 0 or math.isnan(iv.mean):
+        point = None
+    if iv.n < 2:
+        strict = None
     return {"what": what, "interval": iv, "target": target, "point": point, "strict": strict}
 
 
@@ -156,9 +160,13 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
             if not steps:
                 continue
             grid = np.array([[run.get(s, np.nan) for s in steps] for run in runs], dtype=float)
-            if smooth > 1:
-                kernel = np.ones(smooth) / smooth
-                grid = np.array([np.convolve(np.nan_to_num(g), kernel, mode="same") for g in grid])
+            if smooth > 1:  # trailing mean over `smooth` steps (NaN-aware, same length)
+                grid = np.array(
+                    [
+                        [np.nanmean(g[max(0, i - smooth + 1) : i + 1]) for i in range(len(g))]
+                        for g in grid
+                    ]
+                )
             mean = np.nanmean(grid, axis=0)
             ax.plot(steps, mean, label=f"{name} (mean of {len(runs)})")
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.2)
@@ -184,3 +192,19 @@ def write_json(path: Path, table: dict, rows: list[dict], meta: dict) -> None:
         ],
     }
     path.write_text(json.dumps(out, indent=1, default=float) + "\n")
+
+
+BEGIN, END = "<!-- study-table:begin -->", "<!-- study-table:end -->"
+
+
+def splice(path: Path, block: str) -> bool:
+    """Replace the text between the study-table markers in `path`; False when it has none."""
+    if not path.exists():
+        return False
+    text = path.read_text(encoding="utf-8")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        return False
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    path.write_text(f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}", encoding="utf-8")
+    return True
