@@ -10,9 +10,13 @@ from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
 from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 
 RECIPES = find_recipes()
+# recipes/study/: the CPU mechanism study's recipes (python -m nemo_fp8_rl.study), not a model's
+STUDY = [p for p in RECIPES if p.parent.name == "study"]
+MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
 NAME = re.compile(
     r"^(?P<algo>grpo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
 )
+STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
 MODEL_DIRS = {"llama3.1-8b-instruct", "qwen3-8b-base", "qwen3-4b", "qwen3-30b-a3b", "tiny"}
 # Keys a BF16/FP8 pair may differ in: precision, refit and calibration (plus the derived run paths).
 PAIR_ALLOWED = (
@@ -46,11 +50,11 @@ def flat(d: dict, prefix: str = "") -> dict:
 
 
 def test_every_model_has_recipes():
-    assert {p.parent.name for p in RECIPES} == MODEL_DIRS
+    assert {p.parent.name for p in MODEL_RECIPES} == MODEL_DIRS
     assert len(RECIPES) >= 16
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=short_name)
+@pytest.mark.parametrize("path", MODEL_RECIPES, ids=short_name)
 def test_recipe_validates_and_is_named_after_its_cluster(path):
     recipe = load_recipe(path)
     match = NAME.match(path.stem)
@@ -77,7 +81,7 @@ def test_recipe_is_minimal(path):
 
 def _pairs():
     for path in RECIPES:
-        variant = NAME.match(path.stem)["variant"]
+        variant = (STUDY_NAME if path in STUDY else NAME).match(path.stem)["variant"]
         if variant.startswith("fp8"):
             sibling = path.with_name(path.stem.replace(f"-{variant}", "-bf16") + ".yaml")
             yield pytest.param(sibling, path, id=short_name(path))
@@ -94,7 +98,7 @@ def test_pair_differs_only_in_precision_refit_calibration(bf16, fp8):
     assert "policy.generation.vllm_cfg.precision" in differing
 
 
-@pytest.mark.parametrize("path", [p for p in RECIPES if "-fp8" in p.stem], ids=short_name)
+@pytest.mark.parametrize("path", [p for p in MODEL_RECIPES if "-fp8" in p.stem], ids=short_name)
 def test_fp8_recipes_have_active_clipping_and_block_scaling(path):
     cfg = load_recipe(path).config
     samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
@@ -113,6 +117,26 @@ def test_fp8_recipes_have_active_clipping_and_block_scaling(path):
         assert (
             cfg["policy"]["megatron_cfg"]["env_vars"]["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"] == "1"
         )
+
+
+@pytest.mark.parametrize("path", STUDY, ids=short_name)
+def test_study_recipes_are_cpu_runs_of_the_tiny_model(path):
+    """The study's FP8 recipes train with per-tensor current scaling (docs/study/README.md)."""
+    assert STUDY_NAME.match(path.stem), f"{path.name} does not follow grpo-study-<variant>"
+    cfg = load_recipe(path).config
+    assert cfg["cluster"]["gpus_per_node"] == 0
+    samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
+    assert samples // cfg["policy"]["train_global_batch_size"] > 1
+    fp8 = cfg["policy"]["megatron_cfg"]["fp8_cfg"]
+    assert fp8["enabled"] == ("-fp8" in path.stem)
+    if fp8["enabled"]:
+        assert fp8["fp8_recipe"] == "tensorwise"
+        assert cfg["loss_fn"]["calibration"]["enabled"] == ("uncalibrated" not in path.stem)
+    assert {p.stem for p in STUDY} >= {
+        "grpo-study-bf16",
+        "grpo-study-fp8-uncalibrated",
+        "grpo-study-fp8",
+    }
 
 
 def test_moe_recipe_parallelism():
