@@ -88,3 +88,22 @@ def test_a_run_is_finished_only_at_its_last_step(tmp_path):
     assert not finished(spec)
     (spec.run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 3}\n')
     assert finished(spec)
+
+
+def test_a_failing_run_is_retried_once_then_reported_and_the_others_go_on(tmp_path):
+    from nemo_fp8_rl.study.grid import run_all, run_env
+
+    bad = RunSpec(
+        tmp_path / "missing.yaml", "missing", 1, tmp_path / "out" / "missing" / "seed-1", 3
+    )
+    logs: list[str] = []
+    results = run_all([bad], jobs=1, log=logs.append, retries=1)
+    assert [r.returncode != 0 for r in results] == [True]
+    assert any(line.startswith("retry") for line in logs)
+    assert any(line.startswith("FAILED") for line in logs)
+    assert (tmp_path / "out" / "missing" / "seed-1.failed-1.log").exists()
+    assert "missing.yaml" in (tmp_path / "out" / "missing" / "seed-1.log").read_text()
+    assert run_env()["RAY_worker_niceness"] in (
+        "0",
+        __import__("os").environ.get("RAY_worker_niceness"),
+    )

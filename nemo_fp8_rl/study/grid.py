@@ -115,7 +115,10 @@ def run_all(specs: list[RunSpec], jobs: int = 2, log=print, retries: int = 1) ->
                 pending.append(spec)
                 continue
             results.append(RunResult(spec, proc.returncode, seconds, reused=False))
-            (spec.run_dir / "study_wall_seconds.json").write_text(json.dumps({"seconds": seconds}))
+            if spec.run_dir.is_dir():
+                (spec.run_dir / "study_wall_seconds.json").write_text(
+                    json.dumps({"seconds": seconds})
+                )
             state = (
                 "done  "
                 if proc.returncode == 0
