@@ -9,7 +9,8 @@ Per run (from `metrics.jsonl`, training steps k ≥ 1):
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
 - `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations; `val_start`;
 - `entropy_surges`: onsets found by `nemo_fp8_rl.surge.detect_entropy_surges` on train/entropy;
-- `warmup_steps`: supervised warm-up steps of the seed.
+- `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
+  found it cached), `wall_seconds` and `wall_seconds_without_warmup` of the run's process.
 Intervals: percentile bootstrap of the mean over seeds (10,000 resamples, fixed generator);
 differences and ratios between recipes are paired by seed (per-seed difference or quotient,
 then the bootstrap of its mean).
@@ -124,6 +125,11 @@ def summarize(run_dir: Path) -> dict[str, float]:
     }
     wall = run_dir / "study_wall_seconds.json"
     out["wall_seconds"] = json.loads(wall.read_text())["seconds"] if wall.exists() else math.nan
+    env = run_dir / "environment.json"
+    info = (json.loads(env.read_text()).get("warmup") or {}) if env.exists() else {}
+    # the seed's warm-up runs once (in the first run of that seed) and is cached for the others
+    out["warmup_seconds"] = 0.0 if info.get("cached", True) else info.get("seconds", math.nan)
+    out["wall_seconds_without_warmup"] = out["wall_seconds"] - out["warmup_seconds"]
     return out
 
 

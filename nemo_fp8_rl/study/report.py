@@ -93,6 +93,7 @@ SUMMARY_KEYS = (
     ("entropy_mean", "entropy", "{:.3f}"),
     ("entropy_surges", "surges", "{:.1f}"),
     ("wall_seconds", "wall s", "{:.0f}"),
+    ("wall_seconds_without_warmup", "wall s w/o warm-up", "{:.0f}"),
 )
 
 
@@ -119,6 +120,7 @@ def markdown_per_seed(table: dict, names: list[str]) -> str:
         "ratio_amplification",
         "entropy_surges",
         "wall_seconds",
+        "warmup_seconds",
     )
     lines = ["| Recipe | seed | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
     for name in names:
