@@ -127,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     (args.report / "tables.md").write_text(full + "\n")
     if report.splice(args.report / "README.md", full):
         print(f"updated the study tables in {args.report / 'README.md'}")
-    if report.splice(Path("README.md"), headline_block(rows, meta, args.report)):
+    # the project README shows the committed study only (not a report written elsewhere)
+    committed = args.report.resolve() == (STUDY_DIR.parents[1] / "docs" / "study").resolve()
+    if committed and report.splice(Path("README.md"), headline_block(rows, meta, args.report)):
         print("updated the study table in README.md")
     print(report.markdown_targets(rows))
     print(f"study wall time {meta['study_wall_seconds']} s; tables in {args.report / 'tables.md'}")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 from nemo_fp8_rl.study.analysis import Interval, bootstrap_mean, column, paired, read_records
@@ -163,12 +164,14 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
                 continue
             grid = np.array([[run.get(s, np.nan) for s in steps] for run in runs], dtype=float)
             if smooth > 1:  # trailing mean over `smooth` steps (NaN-aware, same length)
-                grid = np.array(
-                    [
-                        [np.nanmean(g[max(0, i - smooth + 1) : i + 1]) for i in range(len(g))]
-                        for g in grid
-                    ]
-                )
+                with warnings.catch_warnings():  # all-NaN windows stay NaN, quietly
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    grid = np.array(
+                        [
+                            [np.nanmean(g[max(0, i - smooth + 1) : i + 1]) for i in range(len(g))]
+                            for g in grid
+                        ]
+                    )
             mean = np.nanmean(grid, axis=0)
             ax.plot(steps, mean, label=f"{name} (mean of {len(runs)})")
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.2)
