@@ -102,8 +102,13 @@ def loss_variants(curr: torch.Tensor, data: dict) -> dict[str, Callable[[], obje
 
 
 def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str, float]:
-    """Seconds per `observe` (one micro-batch) and per `update` (all pooled tokens)."""
+    """Seconds per `observe` (one micro-batch) and per `update` (all pooled tokens).
+
+    `update` is timed with the default bootstrap interval of L* (200 replicates) and without it
+    (`bootstrap_samples = 0`), so their ratio is the bootstrap's cost on a calibration step.
+    """
     cal = Calibrator(CalibrationConfig(enabled=True, interval=1), 0.2, 0.2)
+    plain = Calibrator(CalibrationConfig(enabled=True, interval=1, bootstrap_samples=0), 0.2, 0.2)
     prev, mask = data["prev_logprobs"][:, 1:], data["token_mask"][:, 1:]
     kwargs = {
         "fp8_ratio": (curr - prev).exp(),
@@ -115,9 +120,9 @@ def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str,
     }
     step = [0]
 
-    def update() -> None:
-        cal.observe(**kwargs)
-        cal.update(step[0])
+    def update(c: Calibrator = cal) -> None:
+        c.observe(**kwargs)
+        c.update(step[0])
         step[0] += 1
 
     def observe() -> None:
@@ -125,7 +130,14 @@ def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str,
         cal._chunks.clear()  # keep the buffer from growing across repeats
         cal._prob_sums = None
 
-    return timed({"observe": observe, "observe + update": update}, repeats)
+    return timed(
+        {
+            "observe": observe,
+            "observe + update": update,
+            "observe + update, no bootstrap": lambda: update(plain),
+        },
+        repeats,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,8 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     base = results["plain clipped loss (baseline)"]
     for name, sec in results.items():
         print(f"  {name:48s} {sec * 1e3:9.1f} ms   x{sec / base:5.2f}")
-    for name, sec in calibration_costs(curr, data, args.repeats).items():
+    costs = calibration_costs(curr, data, args.repeats)
+    for name, sec in costs.items():
         print(f"  calibration {name:36s} {sec * 1e3:9.1f} ms   x{sec / base:5.2f}")
+    with_ci, without = costs["observe + update"], costs["observe + update, no bootstrap"]
+    print(f"  bootstrap interval of L*: update with / without = x{with_ci / without:5.2f}")
     return 0
 
 

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # GPU checks for nemo-fp8-rl, in one run that fits in a few minutes on one H100/H200:
 #   1. install the project (uv sync, with the GPU extra: triton),
-#   2. every test marked `gpu` in the whole test tree,
-#   3. every GPU benchmark (the Triton FP8 block-quantization kernel vs HBM copy bandwidth),
-#   4. a summary.
+#   2. every test marked `gpu` in the whole test tree, the FP8 switch test on its own (3.),
+#   3. the BF16 shadow pass against FP8 and against a pure-BF16 forward of the same weights
+#      (tests/test_nemo_fp8_switch_gpu.py: megatron-core + Transformer Engine; it runs with the
+#      first Python that imports transformer_engine, else skips and says why),
+#   4. every GPU benchmark (the Triton FP8 block-quantization kernel vs HBM copy bandwidth),
+#   5. a summary.
 # Usage: scripts/gpu_check.sh            (from anywhere; exits non-zero if a step failed)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +42,15 @@ else
   fi
   summary+=("NOTE  sync: no uv environment, using $(command -v python3) with this checkout on PYTHONPATH")
 fi
-step gpu_tests "${py[@]}" -m pytest -m gpu -q -rs -p no:cacheprovider
+step gpu_tests "${py[@]}" -m pytest -m gpu -q -rs -p no:cacheprovider \
+  --ignore=tests/test_nemo_fp8_switch_gpu.py
+te_py=("${py[@]}")
+if ! "${py[@]}" -c "import transformer_engine.pytorch" >/dev/null 2>&1 \
+  && PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" python3 -c "import transformer_engine.pytorch" >/dev/null 2>&1; then
+  te_py=(env "PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}" python3)  # the machine's TE
+fi
+step fp8_switch_shadow "${te_py[@]}" -m pytest -m gpu -q -rs -s -p no:cacheprovider \
+  tests/test_nemo_fp8_switch_gpu.py
 step bench_quant_blockwise "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20
 step bench_quant_blockwise_pow2 "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20 --spec blockwise_pow2
 step bench_quant_rowwise "${py[@]}" benchmarks/bench_quant.py --device cuda --repeats 20 --spec rowwise
@@ -49,4 +60,6 @@ echo "=== summary"
 printf '%s\n' "${summary[@]}"
 echo "--- FP8 block quantization (GB/s of BF16 input, share of HBM copy bandwidth)"
 grep -h -E "memory copy|triton|tiles" "$log_dir"/bench_quant_*.log || true
+echo "--- BF16 shadow pass vs FP8 and vs pure BF16 (token log-probs, tiny TE GPTModel)"
+grep -h -E "^fp8 switch|SKIPPED" "$log_dir"/fp8_switch_shadow.log || true
 exit $status

@@ -9,7 +9,8 @@
 # and the other engine tests use NeMo RL's own BatchedDataDict and loss enums.
 #
 # Environment: NEMO_RL_ENV  where to build the environment (default ~/.cache/nemo-fp8-rl/nemo-rl-env)
-#              PYTHON312    a Python >= 3.12 interpreter (default: python3.12 on PATH, then pyenv's)
+#              PYTHON312    a Python >= 3.12 interpreter (default: the first that runs of python3.12,
+#                           python3.13, python3 on PATH, pyenv's installed 3.12+, uv's)
 set -euo pipefail
 
 if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
@@ -21,27 +22,45 @@ shift
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
 
+runs() {  # runs PYTHON: true when it starts and is >= 3.12 (a pyenv shim may exist yet not run)
+  [[ -n "$1" ]] && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1
+}
+
 find_python() {
-  if [[ -n "${PYTHON312:-}" ]]; then echo "$PYTHON312"; return; fi
-  if command -v python3.12 >/dev/null; then command -v python3.12; return; fi
-  if command -v pyenv >/dev/null; then
-    local p
-    p=$(ls -d "$(pyenv root)"/versions/3.12.*/bin/python3.12 2>/dev/null | sort -V | tail -1)
-    if [[ -n "$p" ]]; then echo "$p"; return; fi
+  if [[ -n "${PYTHON312:-}" ]]; then
+    if runs "$PYTHON312"; then echo "$PYTHON312"; return; fi
+    echo "PYTHON312=$PYTHON312 does not run as Python >= 3.12: point it at a working interpreter" >&2
+    exit 2
   fi
-  echo "no Python 3.12 found: set PYTHON312=/path/to/python3.12 (NeMo RL's config classes need >= 3.12)" >&2
+  local p candidates=()
+  for name in python3.12 python3.13 python3; do
+    p=$(command -v "$name" 2>/dev/null) && candidates+=("$p")
+  done
+  if command -v pyenv >/dev/null; then
+    # pyenv's own interpreters, not its shims (a shim runs only when that version is selected)
+    while IFS= read -r p; do candidates+=("$p"); done < <(
+      ls -d "$(pyenv root)"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V)
+  fi
+  p=$(uv python find '>=3.12' 2>/dev/null) && candidates+=("$p")
+  for p in "${candidates[@]}"; do
+    if runs "$p"; then echo "$p"; return; fi
+  done
+  echo "no working Python >= 3.12 found (tried: ${candidates[*]:-none}): set PYTHON312=/path/to/python3.12" \
+    "(NeMo RL's config classes need >= 3.12)" >&2
   exit 2
 }
 
-if [[ ! -x "$ENV_DIR/bin/python" ]]; then
-  uv venv --python "$(find_python)" "$ENV_DIR"
+if ! runs "$ENV_DIR/bin/python"; then
+  PY=$(find_python)
+  echo "building the contract environment $ENV_DIR with $PY"
+  uv venv --clear --python "$PY" "$ENV_DIR"
 fi
 # NeMo RL's import chain on CPU (reference: importing NeMo RL on a CPU-only machine), plus what
 # this package and its tests import. transformers < 5.12: NeMo RL asserts it at import time.
 VIRTUAL_ENV="$ENV_DIR" uv pip install --quiet \
   torch pydantic requests pillow "transformers<5.12" ray pyzmq nvidia-ml-py uvicorn fastapi \
   mlflow swanlab wandb prometheus_client tensorboard hydra-core torchdata datasets soundfile \
-  tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.16.1" pytest hypothesis
+  tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.19.2" pytest hypothesis
 
 echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
 cd "$REPO"

@@ -89,26 +89,54 @@ def test_lowering_L_lowers_rho_in_active_mass_form_and_raises_it_in_surrogate_fo
 def test_upper_target_active_mass_by_hand() -> None:
     # tokens: (+1, r=1.0, r̃=1.0), (+1, r=1.1, r̃=1.3), (−1, r=1.0, r̃=1.0); ρ_ref = 2.1 / 1.0
     s = samples([1.0, 1.3, 1.0], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
-    high, rho_ref = upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0)
-    assert rho_ref == pytest.approx(2.1) and high == pytest.approx(
-        1.3
-    )  # P(1.0) = 1.0 < 2.1 ≤ P(1.3)
-    assert upper_target(s, 0.8, 0.8, 1.2, 1.2, 1.25)[0] == 1.25  # unreachable below high_max
+    high, rho_ref, rho_best = upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0)
+    assert rho_ref == pytest.approx(2.1) and rho_best == pytest.approx(2.1)
+    assert high == pytest.approx(1.3)  # P(1.0) = 1.0 < 2.1 ≤ P(1.3)
+    # H_max = 1.25 cuts the 1.3 token off: the best reachable ρ is P(1.0) = 1.0, already reached
+    # at the floor, so H* is the floor (the old rule returned the cap 1.25 for nothing)
+    capped = upper_target(s, 0.8, 0.8, 1.2, 1.2, 1.25)
+    assert capped.high == 1.2 and capped.rho_best == pytest.approx(1.0)
     # r̃ = 0.45 for the negative token, L* = 0.4: target 2.1·0.45 = 0.945 ≤ P(1.0), below the floor
     s_easy = samples([1.0, 1.3, 0.45], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
-    assert upper_target(s_easy, 0.4, 0.8, 1.2, 1.2, 2.0)[0] == 1.2
+    assert upper_target(s_easy, 0.4, 0.8, 1.2, 1.2, 2.0).high == 1.2
+
+
+def test_upper_target_does_not_saturate_when_the_reference_balance_is_out_of_reach() -> None:
+    # r̃ = [1.0, 1.0, 0.9, 0.95], r = [1.0, 1.0, 0.9, 0.9], A = [+, +, −, −], L* = 0.6:
+    # ρ_ref = 2 / 1.8 = 1.111 but ρ(r̃; 0.6, H) = 2 / 1.85 = 1.081 for every H ≥ 1.0
+    s = samples([1.0, 1.0, 0.9, 0.95], [1.0, 1.0, 0.9, 0.9], [1.0, 1.0, -1.0, -1.0])
+    rho = [update_balance(s, s.fp8_ratio, 0.6, h)[0] for h in (1.2, 2.0)]
+    assert rho[0] == rho[1] == pytest.approx(2 / 1.85)
+    target = upper_target(s, 0.6, 0.8, 1.2, 1.2, 2.0)
+    assert target.high == 1.2  # the floor H0: the smallest admissible H at the best balance
+    assert target.rho_ref == pytest.approx(2 / 1.8) and target.rho_best == pytest.approx(rho[0])
+    # with H allowed below nominal, the smallest H at the best balance is just above 1.0
+    below = upper_target(s, 0.6, 0.8, 1.2, 1.0 + 1e-6, 2.0)
+    assert below.high == pytest.approx(1.0 + 1e-6)
+
+
+def test_rho_dead_band_keeps_a_small_shortfall_from_widening_H() -> None:
+    # P(1.2) = 1.0, the token at 1.8 adds 0.003·1.8: ρ(1.2) is 0.5 % short of ρ(2.0) = ρ_best
+    s = samples([1.0, 1.8, 1.0], [1.0, 1.0, 1.0], [1.0, 0.003, -1.0])
+    assert upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0, rho_tolerance=0.0).high == pytest.approx(1.8)
+    assert upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0, rho_tolerance=0.01).high == 1.2
+    # a larger shortfall still moves H, to the smallest H inside the band
+    s_far = samples([1.0, 1.5, 1.8, 1.0], [1.0] * 4, [1.0, 0.2, 0.003, -1.0])
+    assert upper_target(s_far, 0.8, 0.8, 1.2, 1.2, 2.0, rho_tolerance=0.01).high == 1.5
+    with pytest.raises(ValueError, match="rho_tolerance"):
+        upper_target(s, 0.8, 0.8, 1.2, 1.2, 2.0, rho_tolerance=1.0)
 
 
 def test_upper_target_surrogate_value_solves_the_linear_piece() -> None:
     s = samples([1.0, 1.3, 1.0], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
     # ρ_ref = (1.0 + 1.1) / 1.0;  P(H) = min(1, H) + min(1.3, H) = 1 + H on [1, 1.3]  →  H = 1.1
-    high, rho_ref = upper_target(s, 0.8, 0.8, 1.2, 1.0 + 1e-6, 2.0, mode="surrogate_value")
+    high, rho_ref, _ = upper_target(s, 0.8, 0.8, 1.2, 1.0 + 1e-6, 2.0, mode="surrogate_value")
     assert rho_ref == pytest.approx(2.1) and high == pytest.approx(1.1)
     # r̃ = 1.8/2.1 for the negative token: target 1.8 = P(H) = 2H below every ratio → H = 0.9
     s_low = samples([1.0, 1.3, 1.8 / 2.1], [1.0, 1.1, 1.0], [1.0, 1.0, -1.0])
-    assert upper_target(s_low, 0.8, 0.8, 1.2, 0.5, 2.0, mode="surrogate_value")[0] == pytest.approx(
-        0.9
-    )
+    assert upper_target(
+        s_low, 0.8, 0.8, 1.2, 0.5, 2.0, mode="surrogate_value"
+    ).high == pytest.approx(0.9)
 
 
 def test_upper_target_rejects_undefined_reference_balance() -> None:
@@ -274,3 +302,74 @@ def test_updates_per_rollout_batch() -> None:
     assert updates_per_rollout_batch(32, 16, 128) == 4
     with pytest.raises(ValueError, match="multiple of policy.train_global_batch_size"):
         updates_per_rollout_batch(32, 16, 100)
+
+
+# ---- the upper bound inside the Calibrator ------------------------------------------------------
+def test_calibrator_keeps_H_when_the_best_balance_needs_no_wider_bound() -> None:
+    batch = {
+        "fp8_ratio": T([1.0, 1.0, 0.9, 0.95]),
+        "bf16_ratio": T([1.0, 1.0, 0.9, 0.9]),
+        "advantages": T([1.0, 1.0, -1.0, -1.0]),
+    }
+    cal = make_cal(min_tokens=1)
+    cal.observe(**batch)
+    m = cal.update(0)
+    assert m["calib_high_target"] == 1.2 and cal.bounds[1] == 1.2  # unchanged at nominal
+    wide = make_cal(min_tokens=1, init_bounds=(0.8, 1.4))  # a wider H buys nothing here
+    wide.observe(**batch)
+    assert wide.update(0)["calib_high_target"] == 1.2 and wide.bounds[1] == pytest.approx(1.3)
+
+
+def test_H_target_is_solved_at_the_lower_bound_that_will_be_in_force() -> None:
+    # N⁻ (A = −1): r = [0.5, 0.9, 0.9, 1.0], r̃ = [0.5, 0.6, 0.65, 1.0]: m = 1, so L* = 0.6
+    # N⁺ (A = +1): r = [1.0, 1.0], r̃ = [1.0, 1.3];  ρ_ref = 2.0 / 2.8
+    # at L* = 0.6: N = 2.25, H* = 1.3;  at the applied L = 0.8 + 0.5·(0.6 − 0.8) = 0.7: N = 1.0,
+    # and P(1.2) = 1.0 ≥ ρ_ref·1.0, so H* = 1.2
+    r8 = [0.5, 0.6, 0.65, 1.0, 1.0, 1.3]
+    r16 = [0.5, 0.9, 0.9, 1.0, 1.0, 1.0]
+    adv = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0]
+    cal = make_cal(min_tokens=1, min_clipped_tokens=0, max_step_low=1.0)
+    cal.observe(fp8_ratio=T(r8), bf16_ratio=T(r16), advantages=T(adv))
+    m = cal.update(0)
+    assert m["calib_low_target"] == pytest.approx(0.6) and cal.bounds[0] == pytest.approx(0.7)
+    s = samples(r8, r16, adv)
+    at_raw = upper_target(s, 0.6, 0.8, 1.2, 1.2, 2.0, rho_tolerance=0.01).high
+    at_applied = upper_target(s, cal.bounds[0], 0.8, 1.2, 1.2, 2.0, rho_tolerance=0.01).high
+    assert at_raw == pytest.approx(1.3) and at_applied == 1.2
+    assert m["calib_high_target"] == at_applied and cal.bounds[1] == 1.2
+    assert m["calib_rho_fp8_next"] == pytest.approx(update_balance(s, s.fp8_ratio, 0.7, 1.2)[0])
+
+
+# ---- the lower bound's uncertainty --------------------------------------------------------------
+def test_L_update_is_weighted_by_the_number_of_bf16_clipped_tokens() -> None:
+    batch = noisy_batch(0, noise=0.2)  # r = exp(0.1·z): a handful of BF16-clipped N⁻ tokens
+    neg = batch["advantages"] < 0
+    m_clipped = int((batch["bf16_ratio"][neg] < 0.8).sum())
+    assert 0 < m_clipped < 40
+    full = make_cal(min_clipped_tokens=0, max_step_low=1.0)
+    full.observe(**batch)
+    mf = full.update(0)
+    damped = make_cal(min_clipped_tokens=4 * m_clipped, max_step_low=1.0)
+    damped.observe(**batch)
+    md = damped.update(0)
+    assert md["calib_bf16_lower_count_neg"] == m_clipped and md["calib_low_weight"] == 0.25
+    assert mf["calib_low_weight"] == 1.0 and md["calib_low_target"] == mf["calib_low_target"]
+    assert 0.8 - damped.bounds[0] == pytest.approx(0.25 * (0.8 - full.bounds[0]))
+    none_clipped = {**batch, "bf16_ratio": batch["bf16_ratio"].clamp(min=0.85)}
+    frozen = make_cal()
+    frozen.observe(**none_clipped)
+    assert frozen.update(0)["calib_low_weight"] == 0.0 and frozen.bounds[0] == 0.8
+
+
+def test_calibration_logs_the_bootstrap_interval_of_L_target() -> None:
+    cal = make_cal(min_clipped_tokens=0)
+    cal.observe(**noisy_batch(0, noise=0.2))
+    m = cal.update(0)
+    lo, hi = m["calib_low_target_ci90_lo"], m["calib_low_target_ci90_hi"]
+    assert lo <= m["calib_low_target"] <= hi and m["calib_low_target_ci90_width"] == hi - lo > 0
+    again = make_cal(min_clipped_tokens=0)
+    again.observe(**noisy_batch(0, noise=0.2))
+    assert again.update(0)["calib_low_target_ci90_lo"] == lo  # seeded by the step: reproducible
+    off = make_cal(bootstrap_samples=0)
+    off.observe(**noisy_batch(0, noise=0.2))
+    assert math.isnan(off.update(0)["calib_low_target_ci90_width"])

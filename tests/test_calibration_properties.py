@@ -24,9 +24,23 @@ def test_lower_target_reproduces_the_bf16_clip_count(fp8: list[float], data) -> 
     assert int((r8 < low).sum()) == int((r16 < 0.8).sum()) == round(alpha * len(fp8))
 
 
-@settings(max_examples=200, deadline=None)
-@given(fp8=ratios, data=st.data())
-def test_upper_target_is_the_smallest_balancing_bound(fp8: list[float], data) -> None:
+def _rho(s, low: float, high: float, mode: str) -> float:
+    return update_balance(s, s.fp8_ratio, low, high, mode=mode)[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fp8=ratios,
+    data=st.data(),
+    low=st.floats(0.5, 0.8),
+    floor=st.sampled_from([1.0 + 1e-6, 1.2]),
+    high_max=st.sampled_from([1.5, 2.0]),
+    tol=st.sampled_from([0.0, 0.005, 0.01, 0.05]),
+    mode=st.sampled_from(["active_mass", "surrogate_value"]),
+)
+def test_upper_target_is_the_smallest_bound_at_the_best_reachable_balance(
+    fp8: list[float], data, low: float, floor: float, high_max: float, tol: float, mode: str
+) -> None:
     n = len(fp8)
     bf16 = data.draw(st.lists(st.floats(0.5, 2.0, allow_nan=False), min_size=n, max_size=n))
     adv = data.draw(st.lists(st.sampled_from([-1.0, -0.5, 0.5, 1.0]), min_size=n, max_size=n))
@@ -35,13 +49,25 @@ def test_upper_target_is_the_smallest_balancing_bound(fp8: list[float], data) ->
         torch.tensor(fp8, dtype=d), torch.tensor(bf16, dtype=d), torch.tensor(adv, dtype=d)
     )
     try:
-        high, rho_ref = upper_target(s, 0.7, 0.8, 1.2, 1.2, 2.0)
+        high, rho_ref, _ = upper_target(s, low, 0.8, 1.2, floor, high_max, None, mode, tol)
     except ValueError:  # no BF16 negative mass: ρ_ref undefined, the caller keeps H
-        assert not math.isfinite(update_balance(s, s.bf16_ratio, 0.8, 1.2)[0])
+        assert not math.isfinite(update_balance(s, s.bf16_ratio, 0.8, 1.2, mode=mode)[0])
         return
-    rho_at = update_balance(s, s.fp8_ratio, 0.7, high)[0]
-    if high < 2.0:
-        assert rho_at >= rho_ref * (1 - 1e-9) or math.isnan(rho_at)
-    if 1.2 < high < 2.0:  # interior: any smaller admissible H falls short
-        below = max(1.2, math.nextafter(high, 0.0))
-        assert update_balance(s, s.fp8_ratio, 0.7, below)[0] < rho_ref
+    assert floor <= high <= high_max
+    rho_max = _rho(s, low, high_max, mode)
+    if math.isnan(rho_max) or math.isinf(rho_max) or rho_max == 0:
+        assert high == floor  # nothing to balance (no FP8 negative or no positive mass)
+        return
+    # best reachable balance, by brute force: ρ is non-decreasing in H
+    candidates = sorted({floor, high_max, *(x for x in fp8 if floor < x < high_max)})
+    best = min(rho_ref, max(_rho(s, low, h, mode) for h in candidates))
+    goal = (1 - tol) * best
+    assert _rho(s, low, high, mode) >= goal * (1 - 1e-9)
+    if mode == "active_mass":  # a step function: H* is the floor or a positive ratio
+        pos_ratios = {x for x, a in zip(fp8, adv, strict=True) if a > 0}
+        assert high == floor or high in pos_ratios
+        smaller = [h for h in candidates if h < high]
+    else:  # continuous: just below H* must fall short
+        smaller = [max(floor, high * (1 - 1e-6))] if high > floor else []
+    for h in smaller:
+        assert _rho(s, low, h, mode) < goal, f"a smaller H = {h} already reaches the goal"

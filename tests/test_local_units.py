@@ -187,10 +187,17 @@ def test_progress_bar_shows_step_and_headline_lines():
     from nemo_fp8_rl.engines.local.metrics import ProgressBar
 
     bar = ProgressBar(total=3, start=0, enabled=True, name="tiny")
-    bar.update({"train/reward": 0.5, "train/calib_low": 0.78, "train/calib_high": 1.25})
+    bar.update(
+        {
+            "train/reward": 0.5,
+            "train/entropy": 0.4,
+            "train/calib_low": 0.78,
+            "train/calib_high": 1.25,
+        }
+    )
     bar.close()
     console = Console(width=80, record=True, file=open(os.devnull, "w"))  # noqa: SIM115
     console.print(*bar._bar.get_renderables())
     lines = [line.rstrip() for line in console.export_text().splitlines() if line.strip()]
     assert lines[-2].startswith("step 1/3")
-    assert lines[-1] == "reward 0.500 L,H 0.780,1.250"
+    assert lines[-1] == "reward 0.500 ent 0.400 L,H 0.780,1.250"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import os
 
 import pytest
 import yaml
@@ -81,25 +80,6 @@ def test_run_dir_resume_rules(tmp_path) -> None:
     with pytest.raises(runner.EngineConfigError, match="pass --resume"):
         runner.prepare_run_dir(recipe, resume=False)
     assert runner.prepare_run_dir(recipe, resume=True) == run_dir
-
-
-def test_package_path_is_exported_for_ray_workers(monkeypatch) -> None:
-    monkeypatch.setenv("PYTHONPATH", "/somewhere")
-    root = runner.export_package_path()
-    assert os.environ["PYTHONPATH"].split(os.pathsep) == [root, "/somewhere"]
-    assert os.path.isfile(os.path.join(root, "nemo_fp8_rl", "engines", "nemo", "worker.py"))
-    runner.export_package_path()
-    assert os.environ["PYTHONPATH"].split(os.pathsep).count(root) == 1
-
-
-def test_worker_class_name_matches_the_registered_name() -> None:
-    import ast
-    from pathlib import Path
-
-    module, cls = runner.WORKER_FQN.rsplit(".", 1)
-    source = Path(runner.__file__).with_name("worker.py").read_text()
-    classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
-    assert module == "nemo_fp8_rl.engines.nemo.worker" and classes == [cls]
 
 
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:

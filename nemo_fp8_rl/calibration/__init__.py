@@ -1,12 +1,14 @@
 """Calibrated Clipping: FP8 clip bounds re-derived from BF16 shadow passes.
 
 `bounds` holds the pure functions (quantile matching of the lower bound, ρ rebalancing of the
-upper bound, smoothing and caps); `calibrator` holds the `Calibrator` state machine. Specification:
-`calibrated-clipping.md` §2.
+upper bound, smoothing and caps), `uncertainty` the bootstrap interval of L*, and `calibrator`
+the `Calibrator` state machine. Method: `calibrated-clipping.md` §2; the rule as built and where
+it departs from the method: `docs/calibrated-clipping.md`.
 """
 
 from nemo_fp8_rl.calibration.bounds import (
     Samples,
+    UpperTarget,
     inverted_cdf_quantile,
     lower_clip_fraction,
     lower_target,
@@ -20,14 +22,18 @@ from nemo_fp8_rl.calibration.calibrator import (
     all_gather_rows,
     updates_per_rollout_batch,
 )
+from nemo_fp8_rl.calibration.uncertainty import LowerInterval, lower_target_interval
 
 __all__ = [
     "Calibrator",
+    "LowerInterval",
     "Samples",
+    "UpperTarget",
     "all_gather_rows",
     "inverted_cdf_quantile",
     "lower_clip_fraction",
     "lower_target",
+    "lower_target_interval",
     "prepare_samples",
     "smooth_and_cap",
     "update_balance",

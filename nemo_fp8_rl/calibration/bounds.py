@@ -13,14 +13,16 @@ which the strict clip test `r̃ < L*` zeroes exactly as many N⁻ tokens as BF16
 Upper bound (rebalancing): `ρ = P / N` with the active-mass form
 `P(x; H) = Σ_{N⁺} w·A·x·1[x ≤ H]`, `N(x; L) = Σ_{N⁻} w·|A|·x·1[x ≥ L]·1[x ≤ c]`
 (or the surrogate-value form `Σ_{N⁺} w·A·min(x, H)` / `Σ_{N⁻} w·|A|·min(max(x, L), c)`);
-`H*` is the smallest H with `ρ(r̃; L*, H) ≥ ρ(r; L0, H0)`, solved exactly after one sort.
+`H*` is the smallest H whose balance `ρ(r̃; L, H)` at the lower bound in force is within a
+tolerance τ of the best reachable one, `min(ρ(r; L0, H0), ρ(r̃; L, H_max))` (see `upper_target`),
+solved exactly after one sort.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
@@ -220,35 +222,61 @@ def _solve_surrogate(x: torch.Tensor, coef: torch.Tensor, target: float) -> floa
     return (target - float(below_x[i])) / slope
 
 
+class UpperTarget(NamedTuple):
+    """Result of `upper_target`: the bound and the balances it was derived from."""
+
+    high: float  # H*
+    rho_ref: float  # ρ(r; L0, H0), the BF16 balance at the nominal bounds
+    rho_best: float  # min(ρ_ref, ρ(r̃; L, H_max)), the best balance reachable in [H_floor, H_max]
+
+
 def upper_target(
     s: Samples,
-    low_target: float,
+    low: float,
     nominal_low: float,
     nominal_high: float,
     high_floor: float,
     high_max: float,
     dual_c: float | None = None,
     mode: RhoMode = "active_mass",
-) -> tuple[float, float]:
-    """`(H*, ρ_ref)`: smallest H in [high_floor, high_max] with `ρ(r̃; L*, H) ≥ ρ(r; L0, H0)`.
+    rho_tolerance: float = 0.0,
+) -> UpperTarget:
+    """Smallest H in [H_floor, H_max] whose balance is within `rho_tolerance` of the best reachable.
 
+    With `ρ(H) = ρ(r̃; L, H)` at the lower bound `L` that will be in force (non-decreasing in H):
+
+        ρ_best = min(ρ_ref, ρ(H_max)),   ρ_ref = ρ(r; L0, H0)
+        H*     = min{ H ∈ [H_floor, H_max] : ρ(H) ≥ (1 − τ)·ρ_best }
+
+    Why: when ρ_ref cannot be reached, every H above the largest positive-advantage ratio gives
+    the same ρ, so the cap `H_max` would widen the upper trust region for no gain; the smallest H
+    at the best reachable balance is the narrowest bound that buys it. τ is a dead-band: a
+    shortfall below τ·ρ_best is not worth a wider bound, so H* stays at the smallest H already
+    inside the band (H_floor when the nominal bound is within it). `H* = H_floor` when nothing
+    can be gained: no positive mass (ρ_best = 0) or no FP8 negative mass (ρ = ∞ at any H).
     Exact: P is non-decreasing in H, so one sort of the N⁺ FP8 ratios and a cumulative sum find
-    the first H reaching `ρ_ref · N(r̃; L*)`. None reachable → `high_max`. Raises if ρ_ref is not
-    finite (no BF16 negative mass): the caller keeps the previous H.
+    the first H whose mass reaches `(1 − τ)·ρ_best·N(r̃; L)`. Raises if ρ_ref is not finite (no
+    BF16 negative mass): the caller keeps the previous H.
     """
+    if not 0.0 <= rho_tolerance < 1.0:
+        raise ValueError(f"upper_target: rho_tolerance must be in [0, 1), got {rho_tolerance}")
     rho_ref, _, _ = update_balance(s, s.bf16_ratio, nominal_low, nominal_high, dual_c, mode)
     if not math.isfinite(rho_ref):
         raise ValueError(f"upper_target: reference balance rho_ref = {rho_ref} is not finite")
-    target = rho_ref * _neg_mass(s, s.fp8_ratio, low_target, dual_c, mode)
-    if target <= 0:  # already balanced with no positive mass at all: the lowest admissible H
-        return high_floor, rho_ref
+    neg_mass = _neg_mass(s, s.fp8_ratio, low, dual_c, mode)
+    best_mass = min(rho_ref * neg_mass, _pos_mass(s, s.fp8_ratio, high_max, mode))
+    rho_best = best_mass / neg_mass if neg_mass > 0 else math.inf
+    target = (1.0 - rho_tolerance) * best_mass
+    floor_mass = _pos_mass(s, s.fp8_ratio, high_floor, mode)
+    if target <= 0 or floor_mass >= target * (1.0 - 1e-12):
+        return UpperTarget(high_floor, rho_ref, rho_best)
     pos = s.pos
     x, coef = s.fp8_ratio[pos], (s.weights * s.advantages)[pos]
     solve = _solve_active_mass if mode == "active_mass" else _solve_surrogate
-    h = solve(x, coef, target) if x.numel() else None
-    if h is None:
-        return high_max, rho_ref
-    return min(max(h, high_floor), high_max), rho_ref
+    h = solve(x, coef, target)
+    if h is None:  # unreachable only through rounding: target ≤ P(H_max) by construction
+        h = high_max
+    return UpperTarget(min(max(h, high_floor), high_max), rho_ref, rho_best)
 
 
 def smooth_and_cap(

@@ -27,11 +27,13 @@ from nemo_fp8_rl.calibration.bounds import (
     update_balance,
     upper_target,
 )
+from nemo_fp8_rl.calibration.uncertainty import lower_target_interval
 from nemo_fp8_rl.config.project import CalibrationConfig
 from nemo_fp8_rl.diagnostics import overclip_stats
 
 Gather = Callable[[torch.Tensor], torch.Tensor]
 _STATE_VERSION = 1
+_BOOTSTRAP_SEED = 20_260_919  # + step: the same stream on every rank, a new one per calibration
 
 
 def all_gather_rows(t: torch.Tensor, group: Any = None) -> torch.Tensor:
@@ -73,6 +75,24 @@ def updates_per_rollout_batch(
 
 class Calibrator:
     """Clip bounds (L, H) for the FP8 loss, re-derived from BF16 shadow passes every K steps.
+
+    The update at a calibration step, from the pooled tokens and the bounds (L, H) in force
+    (`docs/calibrated-clipping.md` states the rule and where it departs from the method):
+
+        m    = #{N⁻ : r < L0},   α = m / |N⁻|,   L* = (m+1)-th smallest r̃ over N⁻
+        w    = min(1, m / m_min)                                   (m_min = min_clipped_tokens)
+        L'   = clamp(L + clamp(w·β·(L* − L), ±δ_L), L_floor, L_ceil)       (the L in force next)
+        ρ(h) = ρ(r̃; L', h),   ρ_best = min(ρ(r; L0, H0), ρ(H_max))
+        H*   = min{ h ∈ [H_floor, H_max] : ρ(h) ≥ (1 − τ)·ρ_best }        (τ = rho_tolerance)
+        H'   = clamp(H + clamp(β·(H* − H), ±δ_H), H_floor, H_max)
+
+    H* is solved at L', the lower bound that will actually be in force, not at the raw L*: the
+    negative mass N, hence the H needed, depends on it. H* is the narrowest bound at the best
+    reachable balance, never the cap merely because ρ_ref is out of reach; a shortfall below τ
+    does not widen H (dead-band). The L update is weighted by w because L* rests on the m
+    BF16-clipped tokens: with few of them it is mostly sampling noise (its bootstrap 90 %
+    interval is logged as `calib_low_target_ci90_{lo,hi,width}`, m as
+    `calib_bf16_lower_count_neg`). Fewer than `min_tokens` tokens in N⁻ or N⁺ skip the update.
 
     Args:
         cfg: the `loss_fn.calibration` section.
@@ -207,7 +227,8 @@ class Calibrator:
 
         The new bounds apply from step+1 on. Returns metrics (`calib_low`, `calib_high` always;
         on calibration steps also `calib_alpha`, `calib_rho_ref`, `calib_rho_fp8`, targets,
-        counts, NMAEs and over-clip shares). `gather` must be given on every data-parallel rank
+        counts, the uncertainty of L*, `calib_rho_best`, `calib_rho_fp8_next`, NMAEs and
+        over-clip shares; names and meanings: `docs/architecture.md`). `gather` must be given on every data-parallel rank
         (it is a collective) or on none.
         """
         if not self.is_calibration_step(step):
@@ -219,7 +240,7 @@ class Calibrator:
             return self._bounds_metrics()
         samples, sums = self._pooled(gather)
         metrics = self._statistics(samples, sums)
-        metrics.update(self._move_bounds(samples, metrics))
+        metrics.update(self._move_bounds(samples, metrics, step))
         self.last_calibration_step = step
         self.history.append({"step": float(step), **metrics})
         return metrics
@@ -243,6 +264,7 @@ class Calibrator:
             "calib_n_neg": float(neg.sum()),
             "calib_n_pos": float(s.pos.sum()),
             "calib_dropped_nonfinite": float(s.num_dropped_nonfinite),
+            "calib_bf16_lower_count_neg": float((s.bf16_ratio[neg] < l0).sum()),
             "calib_bf16_lower_frac_neg": lower_clip_fraction(s.bf16_ratio[neg], l0),
             "calib_fp8_lower_frac_neg": lower_clip_fraction(s.fp8_ratio[neg], low),
             "calib_fp8_nominal_lower_frac_neg": lower_clip_fraction(s.fp8_ratio[neg], l0),
@@ -265,8 +287,8 @@ class Calibrator:
         m.update(overclip_stats(s.fp8_ratio, s.bf16_ratio, s.advantages, None, l0, h0, self.dual_c))
         return m
 
-    def _move_bounds(self, s: Samples, stats: dict[str, float]) -> dict[str, float]:
-        """Targets (L*, H*), then EMA + rate limit + absolute limits; skips when too few tokens."""
+    def _move_bounds(self, s: Samples, stats: dict[str, float], step: int) -> dict[str, float]:
+        """L* → applied L (damped EMA + rate limit), then H* at that L (see the class docstring)."""
         cfg, (l0, h0), (low, high) = self.cfg, self.nominal, self.bounds
         n_neg, n_pos = int(stats["calib_n_neg"]), int(stats["calib_n_pos"])
         out: dict[str, float] = {
@@ -280,26 +302,49 @@ class Calibrator:
         neg = s.neg
         low_t, alpha = lower_target(s.fp8_ratio[neg], s.bf16_ratio[neg], l0)
         out.update(calib_alpha=alpha, calib_low_target=low_t)
-        new_low = smooth_and_cap(low, low_t, cfg.smoothing, cfg.max_step_low, *self.low_limits())
-        out["calib_cap_hit_low"] = float(abs(cfg.smoothing * (low_t - low)) > cfg.max_step_low)
+        out.update(self._low_uncertainty(s, int(stats["calib_bf16_lower_count_neg"]), step))
+        beta_low = cfg.smoothing * out["calib_low_weight"]
+        new_low = smooth_and_cap(low, low_t, beta_low, cfg.max_step_low, *self.low_limits())
+        out["calib_cap_hit_low"] = float(abs(beta_low * (low_t - low)) > cfg.max_step_low)
         new_high = high
         if math.isfinite(stats["calib_rho_ref"]):
             h_floor, h_max = self.high_limits()
-            high_t, _ = upper_target(s, low_t, l0, h0, h_floor, h_max, self.dual_c, cfg.rho_mode)
-            out["calib_high_target"] = high_t
+            target = upper_target(
+                s, new_low, l0, h0, h_floor, h_max, self.dual_c, cfg.rho_mode, cfg.rho_tolerance
+            )
+            out.update(calib_high_target=target.high, calib_rho_best=target.rho_best)
             new_high = smooth_and_cap(
-                high, high_t, cfg.smoothing, cfg.max_step_high, h_floor, h_max
+                high, target.high, cfg.smoothing, cfg.max_step_high, h_floor, h_max
             )
             out["calib_cap_hit_high"] = float(
-                abs(cfg.smoothing * (high_t - high)) > cfg.max_step_high
+                abs(cfg.smoothing * (target.high - high)) > cfg.max_step_high
             )
         else:
             out["calib_skipped_high"] = 1.0
         self._bounds = (new_low, new_high)
-        out["calib_rho_fp8_target"] = update_balance(
-            s, s.fp8_ratio, low_t, out.get("calib_high_target", high), self.dual_c, cfg.rho_mode
+        out["calib_rho_fp8_next"] = update_balance(
+            s, s.fp8_ratio, new_low, new_high, self.dual_c, cfg.rho_mode
         )[0]
         return {**out, **self._bounds_metrics()}
+
+    def _low_uncertainty(self, s: Samples, clipped: int, step: int) -> dict[str, float]:
+        """Weight of the L update `min(1, m / min_clipped_tokens)` and the bootstrap interval of L*."""
+        cfg, neg = self.cfg, s.neg
+        weight = 1.0 if cfg.min_clipped_tokens == 0 else min(1.0, clipped / cfg.min_clipped_tokens)
+        ci = lower_target_interval(
+            s.fp8_ratio[neg],
+            s.bf16_ratio[neg],
+            self.nominal[0],
+            samples=cfg.bootstrap_samples,
+            level=0.9,
+            seed=_BOOTSTRAP_SEED + step,
+        )
+        return {
+            "calib_low_weight": weight,
+            "calib_low_target_ci90_lo": ci.lo,
+            "calib_low_target_ci90_hi": ci.hi,
+            "calib_low_target_ci90_width": ci.hi - ci.lo,
+        }
 
     # ---- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

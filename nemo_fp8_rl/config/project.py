@@ -44,6 +44,21 @@ class CalibrationConfig(_Section):
     min_tokens: int = Field(
         1024, ge=1, description="skip the update below this many tokens in N- or N+"
     )
+    min_clipped_tokens: int = Field(
+        16,
+        ge=0,
+        description="m_min: the L update is weighted by min(1, m / m_min), m = BF16-clipped "
+        "negative-advantage tokens L* rests on (0: no weighting)",
+    )
+    rho_tolerance: float = Field(
+        0.005,
+        ge=0.0,
+        lt=1.0,
+        description="tau: H* is the smallest H with rho >= (1 - tau) x the best reachable rho",
+    )
+    bootstrap_samples: int = Field(
+        200, ge=0, description="bootstrap replicates for the 90% interval of L* (0: off)"
+    )
     init_bounds: tuple[float, float] | None = None
     log_ratio_clamp: float = Field(20.0, gt=0.0)
 

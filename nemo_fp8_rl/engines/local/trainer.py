@@ -209,7 +209,7 @@ class Trainer:
             out.update(shadow_metrics(shadow_rows, nominal, cfg.ratio_clip_c))
         if self.loss_fn.calibrator is not None:
             cal = self.loss_fn.calibrator.update(step)
-            # its own NMAEs cover only tokens with A != 0; the logged ones (above) cover all.
+            # its own NMAEs duplicate the shadow metrics above: only its `calib_*` keys are kept.
             # `calib_low/high` stay the bounds in force this step (from the loss); the bounds
             # the update sets for the next steps are logged as `calib_low/high_next`.
             for k, v in cal.items():
@@ -286,9 +286,12 @@ def shadow_metrics(
     With `p̃ = exp(lp8)`, `p = exp(lp16)` at the current weights, `r̃ = exp(lp8 − lp8_old)`,
     `r = exp(lp16 − lp16_old)`, over valid response tokens M:
     `prob_nmae = Σ|p̃ − p| / Σp`, `ratio_nmae = Σ|r̃ − r| / Σr`,
-    `ratio_amplification = ratio_nmae / prob_nmae`; the per-token variant
-    `prob_relative_error = mean |p̃/p − 1|` and `prob_relative_amplification` = it over
-    `prob_nmae` (tiny-model.md §6's amplification); `bf16_lower_frac_neg` and
+    `ratio_amplification = ratio_nmae / prob_nmae` (the method's amplification of the probability
+    error in the importance ratio); the per-token variant `prob_relative_error = mean |p̃/p − 1|`
+    and `prob_relative_error_over_nmae = prob_relative_error / prob_nmae`, a ratio of two
+    probability-error measures with no importance ratio in it (it shows how much more the
+    error weighs on low-probability tokens; tiny-model.md §6 calls it "amplification");
+    `bf16_lower_frac_neg` and
     `fp8_nominal_lower_frac_neg`: shares of negative-advantage tokens below the nominal lower
     bound in each precision; and the over-clip decomposition at the nominal bounds.
     """
@@ -307,6 +310,8 @@ def shadow_metrics(
     }
     nmae = out["prob_nmae"]
     out["ratio_amplification"] = out["ratio_nmae"] / nmae if nmae > 0 else math.nan
-    out["prob_relative_amplification"] = out["prob_relative_error"] / nmae if nmae > 0 else math.nan
+    out["prob_relative_error_over_nmae"] = (
+        out["prob_relative_error"] / nmae if nmae > 0 else math.nan
+    )
     out.update(diag.overclip_stats(r8, r16, adv, m, nominal[0], nominal[1], dual_c))
     return out

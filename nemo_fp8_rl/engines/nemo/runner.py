@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +28,11 @@ from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
 from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
 from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
-
-WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
+from nemo_fp8_rl.engines.nemo.worker_env import (
+    WORKER_FQN,
+    export_package_path,
+    register_shadow_worker,
+)
 
 
 class EngineConfigError(ValueError):
@@ -100,15 +101,6 @@ def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
     )
 
 
-def export_package_path() -> str:
-    """Put this package's parent folder on PYTHONPATH so Ray workers (started later) import it."""
-    root = str(Path(__file__).resolve().parents[3])
-    parts = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        os.environ["PYTHONPATH"] = os.pathsep.join([root, *parts])
-    return root
-
-
 def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call `fn` with only the keyword arguments its signature has (they differ across versions)."""
     params = inspect.signature(fn).parameters
@@ -145,15 +137,21 @@ def _prepare_nemo(recipe: Recipe) -> _Prepared:
 
 
 def _policy_factory(calibrated: bool) -> Any:
-    """`Policy` built with the shadow worker extension (registered as a Megatron actor)."""
+    """NeMo RL's `Policy` with the shadow worker extension, in the Megatron worker's environment.
+
+    The worker is registered when `setup` builds the policy (Ray is up then), where a plain
+    run resolves the Megatron worker's environment too.
+    """
     if not calibrated:
         return None
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
-    from nemo_rl.distributed.virtual_cluster import PY_EXECUTABLES
     from nemo_rl.models.policy.lm_policy import Policy
 
-    ACTOR_ENVIRONMENT_REGISTRY[WORKER_FQN] = PY_EXECUTABLES.MCORE
-    return partial(Policy, worker_extension_cls_fqn=WORKER_FQN)
+    def make_policy(*args: Any, **kwargs: Any) -> Any:
+        executable = register_shadow_worker()
+        print(f"shadow policy worker: {WORKER_FQN} with the Megatron worker's Python {executable}")
+        return Policy(*args, worker_extension_cls_fqn=WORKER_FQN, **kwargs)
+
+    return make_policy
 
 
 def _total_steps(state: Any) -> int:
@@ -272,7 +270,7 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     info = compat.require_supported()
     run_dir = prepare_run_dir(recipe, resume)
     write_environment(run_dir, info)
-    export_package_path()
+    export_package_path(run_dir)
     print(f"{info.describe()}; run dir {run_dir}", flush=True)
     _train(recipe, run_dir, _prepare_nemo(recipe))
     return run_dir

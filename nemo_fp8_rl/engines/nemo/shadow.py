@@ -26,8 +26,8 @@ new bounds to every worker: bounds computed at step k apply from step k+1 (lagge
 
 Splitting the step into n `policy.train` calls changes nothing the optimiser sees: one global
 batch per call, and the workers' LR schedule (which NeMo RL ticks once per `train` call) held
-for the first n-1 calls (`schedule_hold`). `merge_train_results` rebuilds the single-call
-result, including NeMo RL's division of per-micro-batch metrics by the number of global batches.
+for the first n-1 calls (`schedule_hold`). `merge_train_results` (train_results) rebuilds the
+single-call result: losses, per-micro-batch metrics, MoE/MTP means and FLOP counts.
 """
 
 from __future__ import annotations
@@ -43,13 +43,11 @@ import torch
 from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
 from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV
 from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY, ShadowObservations
+from nemo_fp8_rl.engines.nemo.train_results import merge_train_results
 from nemo_fp8_rl.loss import derive_sign_fractions
 
 PrecisionSwitch = Callable[[bool], None]
 ScheduleControl = Callable[[bool], None]
-# NeMo RL averages these over micro-batches instead of summing, and the worker does not divide
-# them by the number of global batches (megatron_policy_worker.train).
-_MEAN_KEYS = frozenset({"lr", "wd", "global_valid_seqs", "global_valid_toks"})
 # Calibrator statistics logged once per calibration step (the bounds in force, `calib_low` /
 # `calib_high`, come from the loss as summable per-micro-batch shares).
 _UPDATE_SKIP = frozenset({"calib_low", "calib_high"})
@@ -73,36 +71,6 @@ def pop_observations(results: dict[str, Any]) -> ShadowObservations:
     """Remove the shadow payload from `policy.train` results and join it (all ranks, all micro-batches)."""
     values = results.get("all_mb_metrics", {}).pop(PAYLOAD_KEY, [])
     return sum(values, ShadowObservations())
-
-
-def _is_extremum(key: str) -> bool:
-    return "_min" in key or "_max" in key
-
-
-def merge_train_results(parts: list[dict[str, Any]]) -> dict[str, Any]:
-    """One `policy.train` result from n single-global-batch calls (same as one n-batch call).
-
-    Losses are concatenated; `grad_norm` is the last optimiser step's (as NeMo RL returns);
-    per-micro-batch metrics are concatenated, summable ones divided by n (NeMo RL divides by the
-    number of global batches); FLOP counts are summed; other entries are the last call's.
-    """
-    if len(parts) == 1:
-        return parts[0]
-    n = len(parts)
-    merged = dict(parts[-1])
-    merged["loss"] = torch.cat([torch.as_tensor(p["loss"]).reshape(-1) for p in parts])
-    if "total_flops" in parts[0]:
-        merged["total_flops"] = sum(p["total_flops"] for p in parts)
-    metrics: dict[str, list[Any]] = {}
-    for part in parts:
-        for key, values in part["all_mb_metrics"].items():
-            if key == PAYLOAD_KEY or key in _MEAN_KEYS or _is_extremum(key):
-                scaled = list(values)
-            else:
-                scaled = [v / n for v in values]
-            metrics.setdefault(key, []).extend(scaled)
-    merged["all_mb_metrics"] = metrics
-    return merged
 
 
 def worker_precision_switch(policy: Any) -> PrecisionSwitch:

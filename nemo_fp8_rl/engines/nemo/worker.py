@@ -4,7 +4,8 @@ Imported only inside NeMo RL's Megatron worker environment (and by NeMo RL's wor
 it subclasses `MegatronPolicyWorkerImpl` exactly as NeMo RL's own `MegatronPolicyWorker` does,
 with the same Ray runtime environment, and adds one method. The engine passes this class's
 dotted name as `Policy(worker_extension_cls_fqn=...)` and registers it with NeMo RL's actor
-environment registry under the Megatron (`MCORE`) executable.
+environment registry under the interpreter NeMo RL resolves for `MegatronPolicyWorker`
+(`worker_env`), so its already built environment is reused.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyW
 
 from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
 from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
+from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN
 
-WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
+__all__ = ["WORKER_FQN", "ShadowMegatronPolicyWorker"]
 
 
 @ray.remote(

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# NeMo RL contract suite (scripts/nemo-rl-contract.sh) against every vendored NeMo RL snapshot.
+#
+# The snapshots are tarballs in ../shared/vendor (NEMO_RL_VENDOR overrides), each unpacking to
+# nemo-rl/ (see that folder's README). Each is unpacked into a temporary folder and the suite
+# runs against it; the time of each run is printed. A fresh clone without that folder (a user's)
+# skips the step and says why. Exit status: non-zero when any suite failed or collected nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENDOR="${NEMO_RL_VENDOR:-../shared/vendor}"
+shopt -s nullglob
+archives=("$VENDOR"/nemo-rl-*.tar.gz)
+if [[ ${#archives[@]} -eq 0 ]]; then
+    echo "contract: skipped: no NeMo RL snapshot (nemo-rl-*.tar.gz) in $VENDOR;" \
+        "run scripts/nemo-rl-contract.sh /path/to/nemo-rl against a NeMo RL checkout instead"
+    exit 0
+fi
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+status=0
+times=()
+for archive in "${archives[@]}"; do
+    name=$(basename "$archive" .tar.gz)
+    mkdir -p "$tmp/$name"
+    tar -xzf "$archive" -C "$tmp/$name"
+    echo "-- contract: $name"
+    start=$SECONDS
+    # pytest exit 5 (nothing collected) is non-zero too: a snapshot must run its contract tests.
+    if bash scripts/nemo-rl-contract.sh "$tmp/$name/nemo-rl" -q "$@"; then
+        result=passed
+    else
+        result="FAILED (exit $?)"
+        status=1
+    fi
+    times+=("$name: $result in $((SECONDS - start)) s")
+done
+echo "-- contract suite times"
+printf '   %s\n' "${times[@]}"
+exit $status
