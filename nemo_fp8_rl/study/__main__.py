@@ -21,6 +21,8 @@ ROLES = {
     "fp8_uncal": "grpo-study-fp8-uncalibrated",
     "fp8_cal": "grpo-study-fp8",
 }
+# run and tabulated, no target of their own
+CONTROLS = ["grpo-study-fp8-default-weighting"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -48,7 +50,7 @@ def settings(names: list[str]) -> str:
         lines.append(
             f"- `{name}`: FP8 training {'on, ' + fp8['fp8_recipe'] if fp8['enabled'] else 'off'}, "
             f"rollout {pol['generation']['vllm_cfg']['precision']}, "
-            f"calibration {'on (every ' + str(cal['interval']) + ' steps)' if cal['enabled'] else 'off'}, "
+            f"calibration {_calibration(cal)}, "
             f"{cfg['grpo']['max_num_steps']} steps of {cfg['grpo']['num_prompts_per_step']}×"
             f"{cfg['grpo']['num_generations_per_prompt']} samples, "
             f"{cfg['grpo']['num_prompts_per_step'] * cfg['grpo']['num_generations_per_prompt'] // pol['train_global_batch_size']} "
@@ -57,6 +59,15 @@ def settings(names: list[str]) -> str:
             f"model {cfg['local']['model']['num_layers']} layers × {cfg['local']['model']['hidden_size']}"
         )
     return "\n".join(lines)
+
+
+def _calibration(cal: dict) -> str:
+    if not cal["enabled"]:
+        return "off"
+    return (
+        f"on (every {cal['interval']} steps, ≥ {cal['min_tokens']} tokens per sign, "
+        f"m_min {cal.get('min_clipped_tokens', '—')})"
+    )
 
 
 def _wall(meta: dict) -> str:
@@ -98,7 +109,7 @@ def headline_block(rows: list[dict], meta: dict, report_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    names = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"]]
+    names = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"], *CONTROLS]
     t0 = time.perf_counter()
     results = []
     if not args.analyse_only:
