@@ -21,8 +21,6 @@ ROLES = {
     "fp8_uncal": "grpo-study-fp8-uncalibrated",
     "fp8_cal": "grpo-study-fp8",
 }
-# run and tabulated, no target of their own
-CONTROLS = ["grpo-study-fp8-default-weighting"]
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -109,7 +107,7 @@ def headline_block(rows: list[dict], meta: dict, report_dir: Path) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
-    names = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"], *CONTROLS]
+    names = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"]]
     t0 = time.perf_counter()
     results = []
     if not args.analyse_only:
