@@ -9,6 +9,8 @@ Per run (from `metrics.jsonl`, training steps k ≥ 1):
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
 - `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations; `val_start`;
 - `entropy_surges`: onsets found by `nemo_fp8_rl.surge.detect_entropy_surges` on train/entropy;
+- `calib_low_min`: lowest lower bound L in force; `calib_m_mean`: mean over calibrations of m,
+  the BF16-clipped negative-advantage tokens the quantile-matched L* rests on;
 - `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
   found it cached), `wall_seconds` and `wall_seconds_without_warmup` of the run's process.
 Intervals: percentile bootstrap of the mean over seeds (10,000 resamples, fixed generator);
@@ -121,6 +123,11 @@ def summarize(run_dir: Path) -> dict[str, float]:
             )
         ),
         "warmup_steps": start.get("warmup/steps", math.nan),
+        "calib_low_min": min(
+            (r["train/calib_low"] for r in train if r.get("train/calib_low") is not None),
+            default=math.nan,
+        ),
+        "calib_m_mean": _mean([r.get("train/calib_bf16_lower_count_neg") for r in train]),
         "steps": float(len(train)),
     }
     wall = run_dir / "study_wall_seconds.json"

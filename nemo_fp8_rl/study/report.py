@@ -93,6 +93,8 @@ SUMMARY_KEYS = (
     ("ratio_amplification", "ratio ampl.", "{:.2f}"),
     ("entropy_mean", "entropy", "{:.3f}"),
     ("entropy_surges", "surges", "{:.1f}"),
+    ("calib_low_min", "lowest L", "{:.3f}"),
+    ("calib_m_mean", "m per calibration", "{:.1f}"),
     ("wall_seconds", "wall s", "{:.0f}"),
     ("wall_seconds_without_warmup", "wall s w/o warm-up", "{:.0f}"),
 )
