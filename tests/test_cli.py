@@ -21,6 +21,7 @@ def test_console_scripts_installed():
         "nemo_fp8_rl.recipes",
         "nemo_fp8_rl.submit",
         "nemo_fp8_rl.compare",
+        "nemo_fp8_rl.eval",
     ):
         assert shutil.which(name, path=str(BIN)), f"console script {name} missing from {BIN}"
 
@@ -29,7 +30,9 @@ def test_validate_all_via_console_script():
     out = subprocess.run(
         [str(BIN / "nemo_fp8_rl.recipes"), "validate"], capture_output=True, text=True, check=True
     )
-    assert "16 valid, 0 invalid" in out.stdout
+    from nemo_fp8_rl.config import find_recipes
+
+    assert f"{len(find_recipes())} valid, 0 invalid" in out.stdout and len(find_recipes()) == 38
 
 
 def test_validate_reports_bad_recipe_and_fails(tmp_path, capsys):
@@ -93,7 +96,13 @@ def test_bad_override_exits_2_with_message():
 
 @pytest.mark.parametrize(
     "module",
-    ["nemo_fp8_rl.recipes", "nemo_fp8_rl.train", "nemo_fp8_rl.submit", "nemo_fp8_rl.compare"],
+    [
+        "nemo_fp8_rl.recipes",
+        "nemo_fp8_rl.train",
+        "nemo_fp8_rl.submit",
+        "nemo_fp8_rl.compare",
+        "nemo_fp8_rl.eval",
+    ],
 )
 def test_python_dash_m(module):
     proc = subprocess.run(

@@ -13,11 +13,15 @@ RECIPES = find_recipes()
 # recipes/study/: the CPU mechanism study's recipes (python -m nemo_fp8_rl.study), not a model's
 STUDY = [p for p in RECIPES if p.parent.name == "study"]
 MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
-NAME = re.compile(
-    r"^(?P<algo>grpo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
-)
 STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
+NAME = re.compile(
+    r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)(-(?P<length>\d+k))?"
+    r"-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
+)
 MODEL_DIRS = {"llama3.1-8b-instruct", "qwen3-8b-base", "qwen3-4b", "qwen3-30b-a3b", "tiny"}
+PAPER = "paper-fp8-rl"
+PAPER_MODELS = {"qwen3-8b-base", "qwen3-14b-base", "qwen2.5-32b"}
+PRECISION_OVERLAYS = sorted((find_recipes()[0].parents[2] / "configs" / "precision").glob("*.yaml"))
 # Keys a BF16/FP8 pair may differ in: precision, refit and calibration (plus the derived run paths).
 PAIR_ALLOWED = (
     "policy.megatron_cfg.fp8_cfg.",
@@ -31,6 +35,7 @@ PAIR_ALLOWED = (
     "policy.generation.vllm_cfg.num_first_layers_in_bf16",
     "policy.generation.vllm_cfg.num_last_layers_in_bf16",
     "policy.generation.vllm_cfg.quantization_ignored_layer_kws",
+    "policy.generation.vllm_cfg.is_mx",
     "loss_fn.calibration.",
     "refit.",
     "logger.log_dir",
@@ -49,9 +54,16 @@ def flat(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _model_dir(path) -> str:
+    """`qwen3-8b-base` for recipes/qwen3-8b-base/x.yaml and recipes/paper-fp8-rl/qwen3-8b-base/x.yaml."""
+    return path.parent.name
+
+
 def test_every_model_has_recipes():
-    assert {p.parent.name for p in MODEL_RECIPES} == MODEL_DIRS
-    assert len(RECIPES) >= 16
+    top = {p.parent.name for p in MODEL_RECIPES if p.parent.parent.name != PAPER}
+    paper = {p.parent.name for p in RECIPES if p.parent.parent.name == PAPER}
+    assert top == MODEL_DIRS and paper == PAPER_MODELS
+    assert len(RECIPES) >= 38
 
 
 @pytest.mark.parametrize("path", MODEL_RECIPES, ids=short_name)
@@ -59,7 +71,7 @@ def test_recipe_validates_and_is_named_after_its_cluster(path):
     recipe = load_recipe(path)
     match = NAME.match(path.stem)
     assert match, f"{path.name} does not follow <algo>-<model>-<N>n<G>g|cpu-<variant>"
-    assert match["model"] == path.parent.name.replace("tiny", "tiny-qwen3")
+    assert match["model"] == _model_dir(path).replace("tiny", "tiny-qwen3")
     cluster = recipe.config["cluster"]
     if match["where"] == "cpu":
         assert cluster["gpus_per_node"] == 0
@@ -98,8 +110,13 @@ def test_pair_differs_only_in_precision_refit_calibration(bf16, fp8):
     assert "policy.generation.vllm_cfg.precision" in differing
 
 
+def _scaling(stem: str) -> str:
+    """The training FP8 recipe a file name promises (blockwise unless it names another)."""
+    return next((s for s in ("tensorwise", "mxfp8") if f"-fp8-{s}" in stem), "blockwise")
+
+
 @pytest.mark.parametrize("path", [p for p in MODEL_RECIPES if "-fp8" in p.stem], ids=short_name)
-def test_fp8_recipes_have_active_clipping_and_block_scaling(path):
+def test_fp8_recipes_have_active_clipping_and_the_named_scaling(path):
     cfg = load_recipe(path).config
     samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
     assert samples // cfg["policy"]["train_global_batch_size"] > 1
@@ -108,12 +125,12 @@ def test_fp8_recipes_have_active_clipping_and_block_scaling(path):
         **fp8,
         "enabled": True,
         "fp8": "e4m3",
-        "fp8_recipe": "blockwise",
+        "fp8_recipe": _scaling(path.stem),
         "fp8_param": False,
     }
     assert cfg["policy"]["generation"]["vllm_cfg"]["precision"] == "fp8"
     assert cfg["loss_fn"]["calibration"]["enabled"] == ("uncalibrated" not in path.stem)
-    if path.parent.name != "tiny":
+    if path.parent.name != "tiny" and _scaling(path.stem) == "blockwise":
         assert (
             cfg["policy"]["megatron_cfg"]["env_vars"]["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"] == "1"
         )
@@ -158,3 +175,82 @@ def test_provenance_names_the_file_that_set_each_key():
     assert prov["loss_fn.ratio_clip_min"].endswith("configs/base/grpo.yaml")
     assert prov["loss_fn.calibration.enabled"].endswith("configs/loss/calibrated-clipping.yaml")
     assert set(leaf_sources(recipe.config, "x")) <= set(prov) | {"logger.wandb.project"}
+
+
+def _paper(model: str) -> list:
+    return sorted(
+        p.stem for p in RECIPES if p.parent.parent.name == PAPER and p.parent.name == model
+    )
+
+
+def test_paper_set_covers_the_study():
+    """8B: 3 lengths x (BF16, tensorwise and blockwise FP8, each with and without calibration);
+    14B DAPO and 32B GRPO: BF16 and blockwise FP8 with and without calibration."""
+    variants = [
+        "bf16",
+        "fp8-blockwise",
+        "fp8-blockwise-uncalibrated",
+        "fp8-tensorwise",
+        "fp8-tensorwise-uncalibrated",
+    ]
+    assert _paper("qwen3-8b-base") == sorted(
+        f"grpo-qwen3-8b-base-1n8g-{n}-{v}" for n in ("4k", "8k", "16k") for v in variants
+    )
+    block = ["bf16", "fp8-blockwise", "fp8-blockwise-uncalibrated"]
+    assert _paper("qwen3-14b-base") == [f"dapo-qwen3-14b-base-2n8g-8k-{v}" for v in block]
+    assert _paper("qwen2.5-32b") == [f"grpo-qwen2.5-32b-4n8g-8k-{v}" for v in block]
+
+
+@pytest.mark.parametrize(("length", "new_tokens"), [("4k", 4096), ("8k", 8192), ("16k", 16384)])
+def test_paper_lengths_and_data(length, new_tokens):
+    cfg = load_recipe(f"{PAPER}/qwen3-8b-base/grpo-qwen3-8b-base-1n8g-{length}-bf16").config
+    assert cfg["policy"]["generation"]["max_new_tokens"] == new_tokens
+    assert (
+        cfg["policy"]["max_total_sequence_length"]
+        == new_tokens + cfg["data"]["max_input_seq_length"]
+    )
+    assert cfg["data"]["train"]["dataset_name"] == "DeepScaler"  # NeMo RL's registry name
+    dapo = load_recipe(f"{PAPER}/qwen3-14b-base/dapo-qwen3-14b-base-2n8g-8k-bf16").config
+    assert dapo["data"]["train"]["dataset_name"] == "DAPOMath17K"
+    assert dapo["grpo"]["use_dynamic_sampling"] and dapo["loss_fn"]["ratio_clip_max"] == 0.28
+
+
+@pytest.mark.parametrize("overlay", PRECISION_OVERLAYS, ids=lambda p: p.stem)
+def test_precision_overlay_on_a_bf16_recipe_is_a_fair_pair(overlay, tmp_path):
+    """Every overlay in configs/precision/ changes only precision and refit keys of a GPU recipe."""
+    bf16 = find_recipes()[0].parents[1] / "qwen3-8b-base" / "grpo-qwen3-8b-base-1n8g-bf16.yaml"
+    defaults = [str(bf16)] + (
+        [str(overlay.with_name("fp8-blockwise.yaml"))] if overlay.stem == "fp8-kvcache" else []
+    )
+    child = tmp_path / f"grpo-x-1n8g-{overlay.stem}.yaml"
+    child.write_text("defaults:\n" + "".join(f"  - {d}\n" for d in [*defaults, str(overlay)]))
+    a = {k: v for k, v in flat(load_recipe(bf16).config).items() if v != {}}
+    b = {k: v for k, v in flat(load_recipe(child).config).items() if v != {}}
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    assert differing and not [k for k in differing if not k.startswith(PAIR_ALLOWED)]
+
+
+def test_mxfp8_overlay_keys_are_what_nemo_rl_and_megatron_read():
+    cfg = load_recipe(
+        f"{PAPER}/qwen3-8b-base/grpo-qwen3-8b-base-1n8g-8k-bf16",
+        [
+            "policy.megatron_cfg.fp8_cfg.enabled=true",
+            "policy.megatron_cfg.fp8_cfg.fp8_recipe=mxfp8",
+            "policy.generation.vllm_cfg.precision=fp8",
+            "policy.generation.vllm_cfg.is_mx=true",
+        ],
+    ).config
+    assert cfg["policy"]["megatron_cfg"]["fp8_cfg"]["fp8_recipe"] == "mxfp8"
+
+
+def test_mxfp8_on_cpu_is_refused_at_load(tmp_path):
+    tiny = find_recipes()[0].parents[1] / "tiny" / "grpo-tiny-qwen3-cpu-bf16.yaml"
+    overlay = PRECISION_OVERLAYS[0].with_name("fp8-mxfp8.yaml")
+    child = tmp_path / "grpo-tiny-qwen3-cpu-fp8-mxfp8.yaml"
+    child.write_text(f"defaults:\n  - {tiny}\n  - {overlay}\n")
+    with pytest.raises(ValueError) as err:
+        load_recipe(child)
+    text = str(err.value)
+    assert "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs" in text
+    assert "policy.megatron_cfg.fp8_cfg.fp8_recipe: MXFP8 training needs Blackwell GPUs" in text
+    assert str(overlay) in text  # the file that set the key

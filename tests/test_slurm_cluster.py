@@ -1,7 +1,8 @@
 """Jobs on a real Slurm cluster (`scripts/local-slurm.sh up`: fake nodes n1, n2 on this host).
 
 The tiny FP8 recipe runs as a 2-node job (Ray head on n1, Ray worker on n2) to COMPLETED and
-leaves metrics, a checkpoint and the saved script in its run directory. A second job, submitted
+leaves metrics, a checkpoint and the saved script in its run directory; a one-node
+`submit --eval` job then evaluates its last checkpoint. A second job, submitted
 with hostile values in job name, env and overrides, is cancelled once training has started; no
 process of it may survive and no injected command may have run.
 """
@@ -121,6 +122,22 @@ def test_two_node_job_trains_to_completion(cluster, tmp_path, capsys):
     assert submit_cli.main(["logs", job_id]) == 0
     assert "training exited with code 0" in capsys.readouterr().out
     assert _job_processes(job_id, [str(run_dir), f"/tmp/ray-{job_id}-"]) == []
+
+    # the trained run evaluated by a one-node `submit --eval` job (nemo_fp8_rl.eval in the job)
+    assert (
+        submit_cli.main(["--eval", str(run_dir), "--checkpoint", "last", "--time", "00:10:00"]) == 0
+    )
+    eval_id = re.search(r"Submitted job (\d+)", capsys.readouterr().out).group(1)
+    status = wait_for_state(eval_id, timeout_s=600)
+    log = (run_dir / "slurm" / f"slurm-{eval_id}.out").read_text()
+    assert status.state == "COMPLETED", f"job {eval_id}: {status}\n{log[-3000:]}"
+    assert "evaluation starts" in log and "ray_wait: 1 Ray node(s) alive" in log
+    result = json.loads((run_dir / "eval" / "addition.last.json").read_text())
+    assert result["checkpoint"]["step"] == 2 and set(result["benchmarks"]) == {
+        "add2-heldout",
+        "add3",
+    }
+    _report(capsys, f"evaluation job: {time.time() - submitted:.1f} s after the first submit")
 
 
 def test_cancel_leaves_nothing_behind_and_injection_stays_data(cluster, tmp_path, capsys):

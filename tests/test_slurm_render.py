@@ -244,3 +244,35 @@ def test_shellcheck_clean(path):
         ["shellcheck", "-S", "warning", str(path)], capture_output=True, text=True
     )
     assert proc.returncode == 0, proc.stdout
+
+
+def _gpu_run(tmp_path) -> Path:
+    """A run directory of a GPU recipe, as training leaves it (recipe.yaml)."""
+    recipe = load_recipe(
+        "paper-fp8-rl/qwen3-8b-base/grpo-qwen3-8b-base-1n8g-8k-fp8-blockwise",
+        run_dir=tmp_path / "run",
+    )
+    run = Path(recipe.run_dir)
+    run.mkdir(parents=True)
+    (run / "recipe.yaml").write_text(recipe.to_yaml())
+    return run
+
+
+def test_cli_eval_dry_run_renders_a_one_node_evaluation_job(tmp_path, capsys):
+    run = _gpu_run(tmp_path)
+    args = ["--eval", str(run), "--checkpoint", "best", "--suite", "math8", "--dry-run"]
+    assert submit_cli.main([*args, "--account", "acct", "--partition", "batch"]) == 0
+    script = capsys.readouterr().out
+    assert f'#SBATCH --job-name="eval-{run.name}"' in script and "#SBATCH --nodes=1" in script
+    assert "EVAL_CHECKPOINT=best" in script and "EVAL_SUITE=math8" in script
+    assert f"RUN_DIR={run.absolute()}" in script
+    assert (
+        'exec python -m nemo_fp8_rl.eval --run "$RUN_DIR" --checkpoint "$EVAL_CHECKPOINT"' in script
+    )
+    _bash_n(script, tmp_path)
+    assert not (run / "slurm").exists()  # a dry run writes nothing
+
+
+def test_cli_eval_of_a_missing_run_is_an_error(tmp_path, capsys):
+    assert submit_cli.main(["--eval", str(tmp_path / "nope"), "--dry-run"]) != 0
+    assert "is not a run directory" in capsys.readouterr().err

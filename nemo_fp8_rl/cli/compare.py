@@ -82,7 +82,21 @@ def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance:
     print(
         f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots) in {time.perf_counter() - start:.2f} s"
     )
+    compare_evaluations([p if p.is_dir() else p.parent for p in paths], out)
     return 0
+
+
+def compare_evaluations(run_dirs: list[Path], out: Path) -> None:
+    """Benchmark tables (BF16 vs each FP8 arm, last and best) when the runs were evaluated."""
+    from nemo_fp8_rl.evals import table
+
+    tables = table.collect(run_dirs)
+    if not tables:
+        print("no evaluations (runs/<name>/eval/*.json): run nemo_fp8_rl.eval --run <run> first")
+        return
+    table.print_tables(tables)
+    (out / "evaluation.md").write_text(table.markdown(tables), encoding="utf-8")
+    print(f"wrote {out / 'evaluation.md'}")
 
 
 def main(argv: list[str] | None = None) -> int:

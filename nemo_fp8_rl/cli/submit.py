@@ -3,6 +3,8 @@
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
                        [--job-name N] [--nodes N] [--run-dir D] [--resume] [--template F]
                        [--dry-run] [key=value ...]
+    nemo_fp8_rl.submit --eval RUN [--checkpoint last|best|step_N] [--suite S] [--data-dir D]
+                       [--account A ...] [--dry-run]
     nemo_fp8_rl.submit status JOB
     nemo_fp8_rl.submit logs JOB [--ray]
     nemo_fp8_rl.submit cancel JOB
@@ -56,6 +58,57 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     return p
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="nemo_fp8_rl.submit --eval",
+        description="Evaluate a run as a Slurm job (one node; nemo_fp8_rl.eval on a Ray cluster).",
+    )
+    p.add_argument("--eval", type=Path, required=True, metavar="RUN", help="run directory")
+    p.add_argument("--checkpoint", default="last", help="last (default), best or step_N")
+    p.add_argument("--suite", default=None, help="benchmark suite (default: math8 on GPU runs)")
+    p.add_argument("--data-dir", default=None, help="JSONL files for benchmarks NeMo RL lacks")
+    for flag in ("account", "partition", "time", "container", "mounts", "job-name"):
+        p.add_argument(f"--{flag}")
+    p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
+    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    return p
+
+
+def run_submit_eval(args: argparse.Namespace) -> int:
+    """Render (and submit) a one-node job that runs `nemo_fp8_rl.eval` on the run."""
+    from types import SimpleNamespace
+
+    from nemo_fp8_rl.cli.eval import read_run_config
+
+    run_dir = args.eval.absolute()
+    config = read_run_config(run_dir)
+    config["cluster"] = {**config["cluster"], "num_nodes": 1}  # evaluation runs on one node
+    job = SimpleNamespace(config=config, name=f"eval-{run_dir.name}", run_dir=run_dir)
+    flags = {
+        "account": args.account,
+        "partition": args.partition,
+        "time": args.time,
+        "container": args.container,
+        "mounts": split_mounts(args.mounts) if args.mounts else None,
+        "job_name": args.job_name,
+        "eval_checkpoint": args.checkpoint,
+        "eval_suite": args.suite,
+        "eval_data_dir": str(Path(args.data_dir).absolute()) if args.data_dir else None,
+    }
+    spec = build_job_spec(job, run_dir / "recipe.yaml", flags=flags)
+    script = render_sbatch(spec, args.template)
+    if args.dry_run:
+        sys.stdout.write(script)
+        return 0
+    spec.log_root.mkdir(parents=True, exist_ok=True)
+    script_file = spec.log_root / f"{job.name}.sbatch"
+    script_file.write_text(script)
+    job_id = submit(script_file)
+    print(f"Submitted job {job_id}: evaluation of {run_dir} ({args.checkpoint})")
+    print(f"Output: {spec.log_root}/slurm-{job_id}.out; results: {run_dir}/eval/")
+    return 0
 
 
 def _job_parser() -> argparse.ArgumentParser:
@@ -125,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] in _JOB_COMMANDS:
             return run_job_command(_job_parser().parse_args(argv))
+        if any(a == "--eval" or a.startswith("--eval=") for a in argv):
+            return run_submit_eval(_eval_parser().parse_args(argv))
         return run_submit(_submit_parser().parse_intermixed_args(argv))
     except (RecipeError, JobSpecError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -82,7 +82,7 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "policy.generation.vllm_cfg.precision": ("bfloat16", "float16", "float32", "fp8"),
     "policy.generation.vllm_cfg.kv_cache_dtype": ("auto", "fp8", "fp8_e4m3"),
     "policy.megatron_cfg.fp8_cfg.fp8": ("e4m3", "hybrid"),
-    "policy.megatron_cfg.fp8_cfg.fp8_recipe": ("blockwise", "tensorwise", "mxfp8"),
+    "policy.megatron_cfg.fp8_cfg.fp8_recipe": ("blockwise", "tensorwise", "mxfp8", "delayed"),
     "policy.megatron_cfg.moe_router_dtype": ("fp32", "fp64", None),
     "loss_fn.reference_policy_kl_type": ("k1", "k2", "k3"),
     "loss_fn.truncated_importance_sampling_type": (None, "tis", "icepop", "seq-mask-tis"),

@@ -89,6 +89,9 @@ def settings(spec: JobSpec) -> list[str]:
         "SETUP_COMMAND": spec.setup_command or "",
         "RAY_WAIT_TIMEOUT_S": str(spec.ray_wait_timeout_s),
         "TRAIN_RESUME": "--resume" if spec.resume else "",
+        "EVAL_CHECKPOINT": spec.eval_checkpoint,
+        "EVAL_SUITE": spec.eval_suite,
+        "EVAL_DATA_DIR": spec.eval_data_dir,
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))

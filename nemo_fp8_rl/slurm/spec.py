@@ -49,6 +49,11 @@ class JobSpec:
     python_bin_dir: Path | None = None
     ray_wait_timeout_s: int = 1800
     resume: bool = False
+    eval_checkpoint: str = (
+        ""  # set: the job evaluates the run (nemo_fp8_rl.eval) instead of training
+    )
+    eval_suite: str = ""
+    eval_data_dir: str = ""
 
     @property
     def log_root(self) -> Path:
@@ -181,6 +186,9 @@ def build_job_spec(
         exclusive=bool(cfg.get("exclusive", True)),
         python_bin_dir=python_bin_dir,
         resume=bool(cfg.get("resume", False)),
+        eval_checkpoint=_eval_value(cfg.get("eval_checkpoint"), "--checkpoint"),
+        eval_suite=_eval_value(cfg.get("eval_suite"), "--suite"),
+        eval_data_dir=_eval_value(cfg.get("eval_data_dir"), "--data-dir"),
     )
     return check_paths(spec)
 
@@ -207,6 +215,10 @@ def check_paths(spec: JobSpec) -> JobSpec:
         if value is not None:
             reject_control(str(value), name)
     return spec
+
+
+def _eval_value(value: Any, where: str) -> str:
+    return "" if value in (None, "") else reject_control(str(value), where)
 
 
 def _optional(value: Any, where: str) -> str | None:

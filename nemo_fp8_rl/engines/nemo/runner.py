@@ -63,6 +63,7 @@ def check_recipe(recipe: Recipe) -> list[str]:
         problems.append("grpo.async_grpo.enabled: this engine runs synchronous GRPO; set it false")
     if (cfg.get("data_plane") or {}).get("enabled", False):
         problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
+    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
     if cfg.get("refit", {}).get("bridge", "nemo") == "project":
         problems.append(
             "refit.bridge: project is not available on the NeMo RL engine yet; use refit.bridge: "
@@ -70,6 +71,15 @@ def check_recipe(recipe: Recipe) -> list[str]:
             "policy.generation.vllm_cfg.pow2_weight_scaling_factors: true)"
         )
     return problems
+
+
+def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
+    """Precision settings this machine's GPU cannot run (none when no GPU is visible here:
+    a Slurm driver may sit on a node without one, and NeMo RL's workers check again)."""
+    from nemo_fp8_rl.config.hardware import gpu_precision_issues, local_gpu
+
+    gpu = local_gpu()
+    return [] if gpu is None else gpu_precision_issues(cfg, gpu[0], gpu[1])
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool) -> Path:

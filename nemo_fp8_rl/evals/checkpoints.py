@@ -1,0 +1,153 @@
+"""Which checkpoint of a run to evaluate: `last`, `best` (by validation accuracy) or `step_N`.
+
+Embedded engine: `checkpoints/step_<k>/info.json` holds `validation/accuracy` (the last one
+measured when the checkpoint was written) and `checkpoints/latest` names the newest; `step_0` is
+the warm-started policy before any GRPO step (`model/`). NeMo RL: `checkpoints/step_<k>/
+training_info.json` holds the checkpointing metric (`checkpointing.metric_name`, e.g.
+`val:accuracy`), and the Megatron weights are in `policy/weights/iter_*`; NeMo RL's own
+`CheckpointManager` picks last and best there when it is importable.
+
+Best-checkpoint selection bias: `best` is the maximum over the kept checkpoints of a noisy
+validation score, so its benchmark scores are optimistic, most of all on a benchmark that is also
+the validation set (AIME 2024 in the DeepScaleR and DAPO recipes). `Selection.bias` says so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_STEP = re.compile(r"step_(\d+)")
+BIAS = (
+    "best = the highest validation score among {n} kept checkpoint(s) (metric {metric}); the "
+    "maximum of noisy scores is biased upward, so its benchmark scores are optimistic, most on "
+    "benchmarks that overlap the validation set ({overlap}). Compare last with last."
+)
+
+
+class CheckpointError(ValueError):
+    """No such checkpoint; the message lists what the run has."""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The checkpoint picked, how, and the caveat that comes with it."""
+
+    selector: str  # last | best | step_N
+    step: int
+    path: Path
+    metric: str | None = None
+    value: float | None = None
+    candidates: int = 0
+    bias: str | None = None
+    scores: dict[int, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The `checkpoint` entry of an evaluation result."""
+        return {
+            "selector": self.selector,
+            "step": self.step,
+            "path": str(self.path),
+            "metric": self.metric,
+            "value": self.value,
+            "candidates": self.candidates,
+            "selection_bias": self.bias,
+            "validation_by_step": {str(k): v for k, v in sorted(self.scores.items())},
+        }
+
+
+def _steps(root: Path, info_file: str) -> dict[int, dict[str, Any]]:
+    """`{step: info}` of the complete `step_<k>` directories under `root`."""
+    out = {}
+    for d in root.glob("step_*") if root.is_dir() else []:
+        m = _STEP.fullmatch(d.name)
+        if m and (d / info_file).is_file():
+            out[int(m.group(1))] = json.loads((d / info_file).read_text(encoding="utf-8"))
+    return out
+
+
+def _pick(
+    selector: str, infos: dict[int, dict[str, Any]], metric: str, root: Path, overlap: str
+) -> tuple[int, float | None, str | None]:
+    """(step, metric value, bias note) for `selector` over `infos`."""
+    have = ", ".join(f"step_{s}" for s in sorted(infos)) or "none"
+    if selector == "last":
+        if not infos:
+            raise CheckpointError(f"{root}: no complete checkpoint (step_*) to evaluate")
+        step = max(infos)
+        return step, infos[step].get(metric), None
+    if selector == "best":
+        scored = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+        if not scored:
+            raise CheckpointError(
+                f"{root}: no checkpoint records {metric} (checkpoints: {have}). Fix: use "
+                "--checkpoint last, or validate on save steps (grpo.val_period)"
+            )
+        step = max(scored, key=lambda s: (scored[s], s))  # NeMo RL's tie-break: latest
+        return step, scored[step], BIAS.format(n=len(scored), metric=metric, overlap=overlap)
+    m = _STEP.fullmatch(selector)
+    if not m:
+        raise CheckpointError(
+            f"--checkpoint {selector}: expected last, best or step_N (e.g. step_100)"
+        )
+    step = int(m.group(1))
+    if step not in infos:
+        raise CheckpointError(f"--checkpoint {selector}: {root} has no {selector} (has: {have})")
+    return step, infos[step].get(metric), None
+
+
+def select_local(run_dir: Path, selector: str) -> Selection:
+    """A checkpoint of an embedded-engine run (`step_0`: the policy before GRPO, `model/`)."""
+    root = run_dir / "checkpoints"
+    infos = _steps(root, "info.json")
+    metric = "validation/accuracy"
+    if selector == "step_0" and 0 not in infos:
+        if not (run_dir / "model" / "config.json").is_file():
+            raise CheckpointError(f"{run_dir}/model: no initial policy (was the run started?)")
+        return Selection("step_0", 0, run_dir / "model", metric)
+    step, value, bias = _pick(selector, infos, metric, root, "the validation split")
+    scores = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+    return Selection(
+        selector, step, root / f"step_{step}", metric, value, len(scores), bias, scores
+    )
+
+
+def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> Selection:
+    """A checkpoint of a NeMo RL run; last and best through NeMo RL's `CheckpointManager`."""
+    root = run_dir / "checkpoints"  # checkpointing.checkpoint_dir derives from the run dir
+    metric = checkpointing.get("metric_name") or "val:accuracy"
+    infos = _steps(root, "training_info.json")
+    step, value, bias = _pick(selector, infos, metric, root, "AIME 2024 in these recipes")
+    if selector in ("last", "best"):
+        try:
+            from nemo_rl.utils.checkpoint import CheckpointManager
+        except ImportError:
+            pass
+        else:
+            manager = CheckpointManager({**checkpointing, "checkpoint_dir": str(root)})
+            chosen = (
+                manager.get_latest_checkpoint_path()
+                if selector == "last"
+                else manager.get_best_checkpoint_path()
+            )
+            step = int(_STEP.fullmatch(Path(chosen).name).group(1))
+            value = infos[step].get(metric)
+    scores = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+    return Selection(
+        selector, step, root / f"step_{step}", metric, value, len(scores), bias, scores
+    )
+
+
+def megatron_weights(checkpoint: Path) -> Path:
+    """`<checkpoint>/policy/weights/iter_*` (the converter's `--megatron-ckpt-path`)."""
+    weights = checkpoint / "policy" / "weights"
+    iters = sorted(weights.glob("iter_*"))
+    if not iters:
+        raise CheckpointError(
+            f"{weights}: no iter_* directory (a Megatron checkpoint); was the run trained with "
+            "policy.megatron_cfg.enabled: true?"
+        )
+    return iters[-1]

@@ -1,0 +1,124 @@
+"""CPU evaluation of an embedded-engine run: the tiny checkpoint on held-out and harder sums.
+
+The checkpoint's policy (the trainer's master weights, or the warm-started `model/` for
+`step_0`) is cast to BF16 and evaluated the same way for every run, BF16 or FP8: the suite's
+sampling, `samples_per_problem` samples per problem, reward = exact match (the training reward).
+Problems come from a fixed seed per benchmark; `add2-heldout` leaves out every prompt the run
+trained or validated on (its training prompts are a function of seed and step, so they are known).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.config.project import TaskConfig
+from nemo_fp8_rl.evals.checkpoints import Selection
+from nemo_fp8_rl.evals.results import BenchmarkScore
+from nemo_fp8_rl.evals.suites import Benchmark, Suite
+
+SEED = 9_001  # problem draws and sampling of the addition suite
+
+
+def load_policy(run_dir: Path, config: dict[str, Any], selection: Selection):
+    """(model in BF16, tokenizer) of the selected checkpoint."""
+    from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint
+    from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
+
+    quiet_transformers()
+    model, tokenizer = policy_from_config(config, str(run_dir / "model"))
+    if selection.step > 0 or selection.path.name.startswith("step_"):
+        state, _ = load_checkpoint(selection.path)
+        model.load_state_dict(state["trainer"]["model"])
+    return model.to(torch.bfloat16).eval(), tokenizer
+
+
+def seen_prompts(config: dict[str, Any]) -> set[str]:
+    """Every prompt the run trained on (all steps) or validated on."""
+    from nemo_fp8_rl.engines.local.task import train_problems, validation_problems
+
+    task = TaskConfig(**config["local"]["task"])
+    n, steps = config["grpo"]["num_prompts_per_step"], config["grpo"]["max_num_steps"]
+    seen = set(validation_problems(task).prompts)
+    for step in range(steps):
+        seen.update(train_problems(task, step, n).prompts)
+    return seen
+
+
+def problems(bench: Benchmark, count: int, exclude: set[str]) -> tuple[list[str], list[str]]:
+    """`count` distinct problems with `bench.digits`-digit operands, none in `exclude`."""
+    from nemo_fp8_rl.engines.local.task import sample_problems
+
+    gen = torch.Generator().manual_seed(SEED + bench.digits)
+    cfg = TaskConfig(digits=bench.digits)
+    prompts: dict[str, str] = {}
+    for _ in range(200):
+        draw = sample_problems(cfg, 4 * count, gen)
+        for p, a in zip(draw.prompts, draw.answers, strict=True):
+            if p not in exclude and len(prompts) < count:
+                prompts.setdefault(p, a)
+        if len(prompts) == count:
+            return list(prompts), list(prompts.values())
+    raise ValueError(
+        f"{bench.name}: only {len(prompts)} {bench.digits}-digit problems were not seen in "
+        f"training; lower the suite's problem count"
+    )
+
+
+def score(
+    model, tokenizer, prompts: list[str], answers: list[str], bench: Benchmark, suite: Suite
+) -> float:
+    """avg@n: mean exact-match reward over `bench.samples` samples of each problem."""
+    from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
+    from nemo_fp8_rl.engines.local.task import exact_match_reward
+    from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
+
+    n = bench.samples
+    ids, mask = encode_prompts(tokenizer, [p for p in prompts for _ in range(n)])
+    s = suite.sampling
+    params = SamplingParams(bench.digits + 2, s.temperature, s.top_p, s.top_k)
+    with torch.no_grad():
+        gen = generate(
+            model,
+            ids,
+            mask,
+            params,
+            torch.Generator().manual_seed(SEED),
+            tokenizer.eos_token_id,
+            tokenizer.pad_token_id,
+        )
+    texts = decode_completions(tokenizer, gen.response_ids)
+    return float(exact_match_reward(texts, [a for a in answers for _ in range(n)]).mean())
+
+
+def evaluate(
+    run_dir: Path, config: dict[str, Any], selection: Selection, suite: Suite
+) -> tuple[dict[str, BenchmarkScore], dict[str, Any]]:
+    """Scores of every benchmark of `suite`, and the sampling settings used."""
+    torch.manual_seed(SEED)
+    model, tokenizer = load_policy(run_dir, config, selection)
+    seen = seen_prompts(config)
+    out = {}
+    for bench in suite.benchmarks:
+        t0 = time.perf_counter()
+        exclude = seen if bench.digits == config["local"]["task"]["digits"] else set()
+        prompts, answers = problems(bench, suite.num_problems, exclude)
+        value = score(model, tokenizer, prompts, answers, bench, suite)
+        out[bench.name] = BenchmarkScore(
+            bench.title, value, len(prompts), bench.samples, f"addition-{bench.digits}d-seed{SEED}"
+        )
+        print(
+            f"  {bench.name}: {value:.3f} (avg@{bench.samples}, {time.perf_counter() - t0:.1f} s)"
+        )
+    s = suite.sampling
+    sampling = {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k,
+        "max_new_tokens": "operand digits + 2",
+        "weights": "bfloat16",
+    }
+    return out, sampling

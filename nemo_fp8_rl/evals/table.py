@@ -1,0 +1,196 @@
+"""Evaluation tables for `compare`: per benchmark and average, BF16 vs each FP8 arm, last and best.
+
+Runs of the same recipe (different `grpo.seed`) are one *arm*; its value on a benchmark is the
+mean over its seeds, and with two or more seeds the table shows a 95 % interval over seeds:
+the percentile bootstrap of the seed mean (`B` resamples of the seeds with replacement, fixed
+generator). Each FP8 arm also gets its difference to the BF16 arm on the average, with the
+bootstrap interval of the difference of the two seed means where both have several seeds. With
+one seed per arm the table says so: a single run is no evidence of a difference.
+
+Columns come in pairs, last checkpoint and best-by-validation. The best checkpoint is the
+maximum of noisy validation scores, so its numbers are biased upward (see
+`nemo_fp8_rl.evals.checkpoints`); the study's published numbers are best-checkpoint numbers of
+single runs.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from nemo_fp8_rl.evals.results import run_results
+
+B = 2000
+SELECTORS = ("last", "best")
+SELECTION_BIAS = (
+    "best = the checkpoint with the highest validation score: the maximum of noisy scores is "
+    "biased upward (most on benchmarks that are also the validation set), so compare last with "
+    "last; best rows are what single-run, best-checkpoint studies report."
+)
+
+
+def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of the mean over seeds; None with fewer than 2 values."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    rng = np.random.default_rng(0)
+    means = x[rng.integers(0, x.size, (B, x.size))].mean(1)
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
+    """Bootstrap interval of mean(b) - mean(a), resampling seeds within each arm."""
+    x, y = np.asarray(a, float), np.asarray(b, float)
+    if x.size < 2 or y.size < 2:
+        return None
+    rng = np.random.default_rng(1)
+    d = y[rng.integers(0, y.size, (B, y.size))].mean(1) - x[
+        rng.integers(0, x.size, (B, x.size))
+    ].mean(1)
+    lo, hi = np.quantile(d, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+@dataclass
+class Arm:
+    """One recipe's evaluations: per selector, per benchmark (and "average"), one value per seed."""
+
+    recipe: str
+    precision: str
+    seeds: dict[str, list[int | None]] = field(default_factory=lambda: defaultdict(list))
+    values: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
+    steps: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+
+@dataclass
+class EvalTable:
+    """One suite across arms."""
+
+    suite: str
+    benchmarks: list[str]
+    arms: list[Arm]
+    missing: dict[str, str]
+    reference: int
+
+
+def collect(run_dirs: Sequence[Path]) -> list[EvalTable]:
+    """Every suite any of the runs was evaluated on (runs without evaluations are skipped)."""
+    by_suite: dict[str, dict[str, Arm]] = defaultdict(dict)
+    order: dict[str, list[str]] = defaultdict(list)
+    missing: dict[str, dict[str, str]] = defaultdict(dict)
+    for run_dir in run_dirs:
+        for r in run_results(Path(run_dir)):
+            arm = by_suite[r["suite"]].setdefault(
+                r["recipe"], Arm(r["recipe"], r.get("precision", "?"))
+            )
+            sel = r["checkpoint"]["selector"] if r["checkpoint"]["selector"] in SELECTORS else None
+            if sel is None:
+                continue
+            arm.seeds[sel].append(r.get("seed"))
+            arm.steps[sel].append(r["checkpoint"]["step"])
+            for name, b in r["benchmarks"].items():
+                arm.values[sel][name].append(b["score"])
+                if name not in order[r["suite"]]:
+                    order[r["suite"]].append(name)
+            if r.get("average") is not None:
+                arm.values[sel]["average"].append(r["average"])
+            missing[r["suite"]].update(r.get("missing") or {})
+    tables = []
+    for suite, arms in by_suite.items():
+        listed = list(arms.values())
+        ref = next((i for i, a in enumerate(listed) if a.precision == "bf16"), 0)
+        tables.append(EvalTable(suite, order[suite], listed, missing[suite], ref))
+    return tables
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "—"
+    mean = 100 * float(np.mean(values))
+    ci = seed_interval(values)
+    return f"{mean:.1f}" if ci is None else f"{mean:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+
+
+def _delta(ref: Arm, arm: Arm, sel: str) -> str:
+    a, b = ref.values[sel].get("average", []), arm.values[sel].get("average", [])
+    if not a or not b or arm is ref:
+        return "—"
+    d = 100 * (float(np.mean(b)) - float(np.mean(a)))
+    ci = difference_interval(a, b)
+    return f"{d:+.1f}" if ci is None else f"{d:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+
+
+def rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows: one row per arm and checkpoint (last, then best, side by side), with the
+    seeds, the steps evaluated, every benchmark, the average and the difference to the BF16 arm;
+    scores in points (x100)."""
+    headers = ["run (recipe)", "precision", "checkpoint", "seeds", "steps"]
+    headers += [*table.benchmarks, "average", "vs BF16"]
+    out = []
+    ref = table.arms[table.reference]
+    for arm in table.arms:
+        for sel in SELECTORS:
+            if not arm.seeds.get(sel):
+                continue
+            steps = ",".join(str(s) for s in sorted(set(arm.steps[sel])))
+            row = [arm.recipe, arm.precision.upper(), sel, str(len(arm.seeds[sel])), steps]
+            row += [_cell(arm.values[sel].get(n, [])) for n in [*table.benchmarks, "average"]]
+            out.append(row + [_delta(ref, arm, sel)])
+    return headers, out
+
+
+def notes(table: EvalTable) -> list[str]:
+    """What the table does and does not show."""
+    out = ["Scores are avg@n in points (x100); [lo, hi] = 95 % bootstrap interval over seeds."]
+    if all(max((len(v) for v in a.seeds.values()), default=0) < 2 for a in table.arms):
+        out.append(
+            "One seed per run: no interval; a difference between single runs is not evidence."
+        )
+    out.append(SELECTION_BIAS)
+    out += [f"missing {k}: {v}" for k, v in table.missing.items()]
+    return out
+
+
+def markdown(tables: Sequence[EvalTable]) -> str:
+    """All tables as Markdown (for `evaluation.md` in the report directory)."""
+    lines = []
+    for t in tables:
+        headers, body = rows(t)
+        lines += [f"## Evaluation: {t.suite}", "", "| " + " | ".join(headers) + " |"]
+        lines.append("|" + "---|" * len(headers))
+        lines += ["| " + " | ".join(r) + " |" for r in body]
+        lines += [""] + [f"- {n}" for n in notes(t)] + [""]
+    return "\n".join(lines)
+
+
+def print_tables(tables: Sequence[EvalTable], console: Any = None) -> None:
+    """Rich tables in the terminal."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    console = console or Console(width=200)
+    for t in tables:
+        headers, body = rows(t)
+        table = Table(title=f"evaluation: {t.suite}")
+        for h in headers:
+            table.add_column(h)
+        for r in body:
+            table.add_row(*(escape(c) for c in r))
+        console.print(table)
+        for n in notes(t):
+            console.print(f"  {escape(n)}")
+
+
+def has_evaluations(run_dirs: Sequence[Path]) -> bool:
+    """True when any run directory has an `eval/` folder with results."""
+    return any(run_results(Path(d)) for d in run_dirs)
