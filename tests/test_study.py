@@ -77,7 +77,8 @@ def test_targets_table_reads_the_roles(tmp_path):
     assert rows[1]["interval"].mean == pytest.approx(3.0) and rows[1]["strict"] is True
     deficit = rows[4]
     assert deficit["interval"].mean == pytest.approx(-0.1) and deficit["strict"] is True
-    assert rows[-1]["strict"] is True  # calibrated mean inside the BF16 interval
+    assert rows[-2]["point"] is True  # calibrated mean inside the BF16 interval
+    assert rows[-1]["point"] is False  # uncalibrated mean below it
     assert "| ratio amplification" in report.markdown_targets(rows)
 
 
