@@ -263,3 +263,96 @@ def token_entropy(logits: torch.Tensor, chunk_size: int = 1024) -> torch.Tensor:
         logp = torch.log_softmax(flat[i : i + chunk_size].float(), dim=-1)
         out[i : i + chunk_size] = -(logp.exp() * logp).sum(-1)
     return out.reshape(logits.shape[:-1])
+
+
+# ---- where the clipping comes from: response-entropy quantiles -------------------------------
+ENTROPY_QUANTILES = 4
+
+
+def response_entropy_quantile(
+    token_entropy: Tensor, mask: Tensor, n: int = ENTROPY_QUANTILES
+) -> torch.Tensor:
+    """Each response's entropy quantile within the batch, 1 (lowest) .. `n` (highest); 0 for a
+    response without valid tokens. Tensors are [B, S]; returns [B] (int64).
+
+    `H̄_i = Σ_t H_t m_t / Σ_t m_t` (mean per-token entropy of response i); responses are ranked by
+    H̄ (stable sort, so ties keep batch order) and rank k of N goes to quantile `1 + ⌊n k / N⌋`:
+    equal-sized groups even when many responses share an entropy value.
+    """
+    valid = mask > 0
+    lengths = valid.sum(-1)
+    has = lengths > 0
+    mean_h = (token_entropy * valid).sum(-1) / lengths.clamp(min=1)
+    out = torch.zeros(mean_h.shape, dtype=torch.long)
+    idx = torch.nonzero(has).flatten()
+    if idx.numel():
+        order = torch.sort(mean_h[idx].double(), stable=True).indices
+        ranks = torch.empty_like(order)
+        ranks[order] = torch.arange(order.numel())
+        out[idx] = 1 + (n * ranks) // order.numel()
+    return out
+
+
+def share_by_quantile(
+    selected: Tensor,
+    mask: Tensor,
+    quantile: Tensor,
+    prefix: str,
+    count_name: str,
+    n: int = ENTROPY_QUANTILES,
+) -> dict[str, float]:
+    """`{prefix}_q{k}` = |S ∩ M ∩ {responses in quantile k}| / |S ∩ M| for k = 1..n, where S is
+    `selected` [B, S], M the valid tokens and `quantile` [B] from `response_entropy_quantile`
+    (or all three flattened to tokens, each token carrying its response's quantile), plus
+    `count_name` = |S ∩ M|, so shares can be pooled over steps (weights). The shares sum to 1;
+    all NaN when no valid token is selected (nothing to split)."""
+    chosen = (selected & (mask > 0)).reshape(selected.shape[0], -1)
+    per_response = chosen.sum(-1).double()
+    total = float(per_response.sum())
+    out = {count_name: total}
+    for k in range(1, n + 1):
+        out[f"{prefix}_q{k}"] = (
+            float(per_response[quantile == k].sum()) / total if total else math.nan
+        )
+    return out
+
+
+def overclip_entropy_split(
+    fp8_ratio: Tensor,
+    bf16_ratio: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    quantile: Tensor,
+    low: float,
+    n: int = ENTROPY_QUANTILES,
+) -> dict[str, float]:
+    """Where FP8's extra lower-bound clipping sits (the method: ~90 % in high-entropy responses).
+
+    Over-clipped negative-advantage tokens `O⁻ = {A < 0 ∧ r̃ < L₀ ∧ r ≥ L₀}` (clipped at the lower
+    bound L₀ with the FP8 ratio r̃, not with the BF16 shadow ratio r, same tokens and weights),
+    and `overclip_share_entropy_q{k}` = the share of O⁻ in responses of entropy quantile k
+    (`share_by_quantile`), and their count `overclip_neg_tokens`. Tensors [B, S]; needs a
+    shadow pass (r)."""
+    neg = advantages < 0
+    over = neg & (fp8_ratio < low) & ~(bf16_ratio < low)
+    return share_by_quantile(
+        over, mask, quantile, "overclip_share_entropy", "overclip_neg_tokens", n
+    )
+
+
+def lower_clip_entropy_split(
+    ratio: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    quantile: Tensor,
+    low: float,
+    n: int = ENTROPY_QUANTILES,
+) -> dict[str, float]:
+    """The same split for every step, with no shadow pass: lower-clipped negative-advantage
+    tokens `C⁻ = {A < 0 ∧ r̃ < L}` (r̃ the token ratio the run trains with, L the bound in force),
+    as `clip_lower_share_entropy_q{k}` (count: `clip_lower_neg_tokens`). Under FP8 it holds
+    the over-clipped tokens plus those BF16 would clip too."""
+    lower = (advantages < 0) & (ratio < low)
+    return share_by_quantile(
+        lower, mask, quantile, "clip_lower_share_entropy", "clip_lower_neg_tokens", n
+    )

@@ -6,6 +6,11 @@
 - Runs (run directories, NeMo RL log directories, `metrics.jsonl` or event files): a summary
   table and one verdict per FP8 run in the terminal, plus `report.md`, `report.html` and PNG
   plots in `--out` (default `results/compare-<first>-vs-<second>`).
+- Runs of one recipe over several seeds (`runs/<name>/seed-<k>`, from `train --seeds`; give the
+  recipe's folder `runs/<name>` or the seed folders themselves): grouped by recipe, with mean and
+  95 % bootstrap interval per metric, differences paired by seed, verdicts that say "within
+  noise", and band plots (`nemo_fp8_rl.groups`, `nemo_fp8_rl.report_groups`); the per-run
+  report of every seed goes to `--out/runs/`.
 """
 
 from __future__ import annotations
@@ -66,16 +71,37 @@ def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> 
     return 0
 
 
+def expand_seed_groups(items: list[str]) -> list[Path]:
+    """Each item as a run path; a recipe folder holding `seed-<k>` runs (and no metrics of its
+    own) stands for those runs, in seed order."""
+    from nemo_fp8_rl.seeds import seed_dirs
+
+    paths: list[Path] = []
+    for item in items:
+        path = Path(item)
+        seeds = seed_dirs(path) if path.is_dir() and not (path / "metrics.jsonl").exists() else []
+        paths += seeds or [path]
+    return paths
+
+
 def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
     """Read the runs, print the table and verdicts, write the report files."""
     from nemo_fp8_rl.compare import compare_runs
+    from nemo_fp8_rl.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.report import print_comparison, write_report
     from nemo_fp8_rl.runs import load_run
 
     start = time.perf_counter()
-    paths = [Path(i) for i in items]
+    paths = expand_seed_groups(items)
     runs = [load_run(p, name) for p, name in zip(paths, _unique_names(paths), strict=True)]
+    groups = None
+    if len(group_runs(runs)) >= 2:  # runs of one recipe only: compared run by run
+        groups = compare_groups(runs, tolerance_points=tolerance)
+        if not groups.single_runs:
+            return _write_grouped(groups, runs, out, plots, tolerance, start)
     comparison = compare_runs(runs, tolerance_points=tolerance)
+    if groups is not None:
+        comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
     print_comparison(comparison)
     out = out or Path("results") / f"compare-{runs[0].name}-vs-{runs[1].name}".replace("/", "_")
     files = write_report(comparison, out, plots=plots)
@@ -97,6 +123,25 @@ def compare_evaluations(run_dirs: list[Path], out: Path) -> None:
     table.print_tables(tables)
     (out / "evaluation.md").write_text(table.markdown(tables), encoding="utf-8")
     print(f"wrote {out / 'evaluation.md'}")
+
+
+def _write_grouped(
+    groups, runs, out: Path | None, plots: bool, tolerance: float, start: float
+) -> int:
+    """Grouped runs: the interval table and verdicts; report in `out`, per-run report in `out/runs`."""
+    from nemo_fp8_rl.compare import compare_runs
+    from nemo_fp8_rl.report import write_report
+    from nemo_fp8_rl.report_groups import print_groups
+    from nemo_fp8_rl.report_groups import write_report as write_group_report
+
+    print_groups(groups)
+    names = [g.name for g in groups.groups]
+    out = out or Path("results") / f"compare-{names[0]}-vs-{names[1]}".replace("/", "_")
+    write_report(compare_runs(runs, tolerance_points=tolerance), out / "runs", plots=False)
+    md, page, pngs = write_group_report(groups, out, plots=plots, runs_report="runs/report.md")
+    print(f"wrote {md} and {page} ({len(pngs)} plots) in {time.perf_counter() - start:.2f} s")
+    compare_evaluations([r.path for r in runs], out)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     targets, overrides = _split(args.items)
-    if len(targets) < 2:
+    if len(targets) < 2 and len(expand_seed_groups(targets)) < 2:  # one folder of seeds is fine
         parser.error(f"give two or more runs or recipes to compare, got {len(targets)}: {targets}")
     kinds = {t: _kind(t) for t in targets}
     unknown = [t for t, k in kinds.items() if k == "unknown"]

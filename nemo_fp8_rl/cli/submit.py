@@ -2,14 +2,16 @@
 
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
                        [--job-name N] [--nodes N] [--run-dir D] [--resume] [--template F]
-                       [--dry-run] [key=value ...]
+                       [--seeds 1-3] [--dry-run] [key=value ...]
     nemo_fp8_rl.submit --eval RUN [--checkpoint last|best|step_N] [--suite S] [--data-dir D]
                        [--account A ...] [--dry-run]
     nemo_fp8_rl.submit status JOB
     nemo_fp8_rl.submit logs JOB [--ray]
     nemo_fp8_rl.submit cancel JOB
 
-Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
+With `--seeds` the job is a Slurm job array, one task per seed (task id = seed): each task is a
+complete job of its own (all its nodes, its own Ray cluster) training `<run dir>/seed-<k>` with
+`grpo.seed=<k>`. Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
 recipe itself (checked by its schema) and are frozen into the copy the job trains with.
 """
 
@@ -21,9 +23,12 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
+from nemo_fp8_rl.rundir import RunDirError
+from nemo_fp8_rl.seeds import SeedSpecError
 from nemo_fp8_rl.slurm import (
     JobSpecError,
     SlurmError,
+    array_tasks,
     build_job_spec,
     cancel,
     job_status,
@@ -56,6 +61,10 @@ def _submit_parser() -> argparse.ArgumentParser:
         "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
     )
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
+    p.add_argument(
+        "--seeds",
+        help="submit a job array, one task per seed, e.g. 1-3 or 1,2,5 (runs in <run dir>/seed-<k>)",
+    )
     p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     return p
 
@@ -123,6 +132,7 @@ def _job_parser() -> argparse.ArgumentParser:
 def run_submit(args: argparse.Namespace) -> int:
     """Load the recipe, render the script; print it (--dry-run) or write the files and sbatch."""
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    seeds = _check_seeds(recipe, args) if args.seeds is not None else None
     flags = {
         "account": args.account,
         "partition": args.partition,
@@ -132,6 +142,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "job_name": args.job_name,
         "nodes": args.nodes,
         "resume": args.resume or None,
+        "seeds": seeds,
     }
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
@@ -144,8 +155,29 @@ def run_submit(args: argparse.Namespace) -> int:
     print(f"Submitted job {job_id}")
     print(f"Run directory: {spec.run_dir}")
     print(f"Script: {script_file}")
-    print(f"Output: {spec.log_root}/slurm-{job_id}.out")
+    if spec.is_array:
+        print(f"Seeds: {', '.join(map(str, spec.seeds))} (array tasks {job_id}_<seed>)")
+        print(
+            f"Output: {spec.log_root}/slurm-{job_id}_<seed>.out, runs in {spec.run_dir}/seed-<seed>"
+        )
+    else:
+        print(f"Output: {spec.log_root}/slurm-{job_id}.out")
     return 0
+
+
+def _check_seeds(recipe, args: argparse.Namespace) -> list[int]:
+    """Parse --seeds and check every seed's recipe and run directory before anything is written."""
+    from nemo_fp8_rl.rundir import check_owner
+    from nemo_fp8_rl.seeds import SEED_KEY, check_overrides, parse_seeds, seed_run_dir
+
+    seeds = parse_seeds(args.seeds)
+    check_overrides(args.overrides)
+    for seed in seeds:
+        run_dir = seed_run_dir(recipe.run_dir, seed)
+        seeded = load_recipe(recipe.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
+        if not args.resume:
+            check_owner(run_dir, seeded.config)
+    return seeds
 
 
 def run_job_command(args: argparse.Namespace) -> int:
@@ -156,6 +188,11 @@ def run_job_command(args: argparse.Namespace) -> int:
             f"job {status.job_id}: {status.state}"
             + (f" (exit {status.exit_code})" if status.exit_code else "")
         )
+        for task in array_tasks(args.job_id) if "_" not in args.job_id else []:
+            print(
+                f"  task {task.job_id}: {task.state}"
+                + (f" (exit {task.exit_code})" if task.exit_code else "")
+            )
         return 0 if status.state != "UNKNOWN" else 1
     if args.command == "cancel":
         status = cancel(args.job_id, wait_s=args.wait)
@@ -181,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         if any(a == "--eval" or a.startswith("--eval=") for a in argv):
             return run_submit_eval(_eval_parser().parse_args(argv))
         return run_submit(_submit_parser().parse_intermixed_args(argv))
-    except (RecipeError, JobSpecError) as err:
+    except (RecipeError, JobSpecError, SeedSpecError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RunDirError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except (SlurmError, FileNotFoundError, ValueError) as err:

@@ -1,5 +1,8 @@
 """`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--resume] [key=value ...]`.
 
+With `--seeds 1-3 [--parallel N]` the recipe trains once per seed, each in `<run dir>/seed-<k>`
+(see `nemo_fp8_rl.cli.train_seeds`).
+
 `auto` runs the embedded CPU engine for `cluster.gpus_per_node: 0` and NeMo RL otherwise.
 """
 
@@ -9,6 +12,7 @@ import argparse
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import add_recipe_args, run_main
+from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config import Recipe, load_recipe
 
 
@@ -52,7 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
+    add_seed_args(parser)
     args = parser.parse_intermixed_args(argv)
+    if args.seeds is not None:
+        return main_seeds(args)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
         print(recipe.to_yaml(), end="")

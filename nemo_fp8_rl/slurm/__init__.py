@@ -4,6 +4,7 @@ on the others, then `nemo_fp8_rl.train`), and submit / status / logs / cancel.""
 from nemo_fp8_rl.slurm.jobs import (
     JobStatus,
     SlurmError,
+    array_tasks,
     cancel,
     frozen_recipe_text,
     job_status,
@@ -20,6 +21,7 @@ __all__ = [
     "JobSpecError",
     "JobStatus",
     "SlurmError",
+    "array_tasks",
     "build_job_spec",
     "cancel",
     "default_template",

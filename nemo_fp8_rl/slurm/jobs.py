@@ -117,13 +117,52 @@ def submit(script: Path) -> str:
     return check_job_id(job_id)
 
 
-def _scontrol_fields(job_id: str) -> dict[str, str]:
+def _scontrol_records(job_id: str) -> list[dict[str, str]]:
+    """`scontrol show job -o JOB`: one record per line (an array job has one per task)."""
     proc = _run(["scontrol", "show", "job", "-o", job_id], check=False)
     if proc.returncode != 0 or not proc.stdout.strip():
-        return {}
-    # `Key=Value` pairs separated by spaces; values (JobName, paths) may hold spaces themselves.
-    parts = re.split(r" (?=[A-Za-z][A-Za-z/:]*=)", proc.stdout.strip())
-    return dict(p.split("=", 1) for p in parts if "=" in p)
+        return []
+    records = []
+    for line in proc.stdout.strip().splitlines():
+        # `Key=Value` pairs separated by spaces; values (JobName, paths) may hold spaces themselves.
+        parts = re.split(r" (?=[A-Za-z][A-Za-z/:]*=)", line.strip())
+        records.append(dict(p.split("=", 1) for p in parts if "=" in p))
+    return records
+
+
+def _scontrol_fields(job_id: str) -> dict[str, str]:
+    records = _scontrol_records(job_id)
+    return records[0] if len(records) == 1 else {}
+
+
+def array_tasks(job_id: str) -> list[JobStatus]:
+    """The tasks of array job `job_id` (`<job>_<task>`, pending ones as `<job>_[range]`), by
+    task id; empty for a job that is not an array or that the controller has forgotten."""
+    check_job_id(job_id)
+    tasks = [
+        JobStatus(
+            f"{r['ArrayJobId']}_{r['ArrayTaskId']}",
+            r.get("JobState", "UNKNOWN"),
+            r.get("ExitCode", ""),
+        )
+        for r in _scontrol_records(job_id)
+        if r.get("ArrayTaskId") and r.get("ArrayJobId") == job_id
+    ]
+    return sorted(tasks, key=lambda t: t.job_id)
+
+
+def _array_state(tasks: list[JobStatus]) -> JobStatus | None:
+    """One state for a whole array: the tasks' common state; else RUNNING while any task is not
+    final; else COMPLETED only if all completed, otherwise FAILED."""
+    if not tasks:
+        return None
+    job_id = tasks[0].job_id.split("_")[0]
+    states = {t.state for t in tasks}
+    if len(states) == 1:
+        return JobStatus(job_id, states.pop())
+    if any(not t.finished for t in tasks):
+        return JobStatus(job_id, "RUNNING" if "RUNNING" in states else "PENDING")
+    return JobStatus(job_id, "FAILED")
 
 
 def _first_line(cmd: list[str]) -> str:
@@ -133,8 +172,15 @@ def _first_line(cmd: list[str]) -> str:
 
 
 def job_status(job_id: str) -> JobStatus:
-    """Current state of `job_id`: scontrol, then squeue, then sacct; `UNKNOWN` if none knows it."""
+    """Current state of `job_id`: scontrol, then squeue, then sacct; `UNKNOWN` if none knows it.
+
+    For an array job (`job_id` without `_<task>`) the state of the whole array (`_array_state`);
+    `array_tasks` gives each task's.
+    """
     check_job_id(job_id)
+    array = _array_state(array_tasks(job_id)) if "_" not in job_id else None
+    if array is not None:
+        return array
     fields = _scontrol_fields(job_id)
     if fields.get("JobState"):
         return JobStatus(job_id, fields["JobState"], fields.get("ExitCode", ""))

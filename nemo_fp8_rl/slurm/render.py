@@ -42,11 +42,29 @@ def sbatch_header(spec: JobSpec) -> list[str]:
         opts.append(("gres", gres))
     if spec.exclusive:
         opts.append(("exclusive", None))
-    opts.append(("output", f"{spec.log_root}/slurm-%j.out"))
+    if spec.is_array:
+        opts.append(("array", array_range(spec.seeds)))
+        opts.append(("output", f"{spec.log_root}/slurm-%A_%a.out"))
+    else:
+        opts.append(("output", f"{spec.log_root}/slurm-%j.out"))
     lines = [f"#SBATCH --{k}" if v is None else f'#SBATCH --{k}="{v}"' for k, v in opts]
     lines[1:1] = [f"#SBATCH --nodes={spec.nodes}", "#SBATCH --ntasks-per-node=1"]
     lines += [f"#SBATCH {_quote_sbatch_arg(a)}" for a in spec.extra_sbatch_args]
     return lines
+
+
+def array_range(seeds: tuple[int, ...]) -> str:
+    """Slurm's `--array` list for sorted seeds, runs compressed: (1, 2, 3, 7) -> "1-3,7"."""
+    parts: list[str] = []
+    start = prev = seeds[0]
+    for seed in (*seeds[1:], None):
+        if seed is not None and seed == prev + 1:
+            prev = seed
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        if seed is not None:
+            start = prev = seed
+    return ",".join(parts)
 
 
 def step_gres(spec: JobSpec) -> str:
@@ -92,6 +110,8 @@ def settings(spec: JobSpec) -> list[str]:
         "EVAL_CHECKPOINT": spec.eval_checkpoint,
         "EVAL_SUITE": spec.eval_suite,
         "EVAL_DATA_DIR": spec.eval_data_dir,
+        "LOG_ROOT": str(spec.log_root),
+        "SEED_ARRAY": "1" if spec.is_array else "",
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))

@@ -54,11 +54,17 @@ class JobSpec:
     )
     eval_suite: str = ""
     eval_data_dir: str = ""
+    seeds: tuple[int, ...] = ()
 
     @property
     def log_root(self) -> Path:
         """Where the job's script, frozen recipe and logs live: `<run_dir>/slurm`."""
         return self.run_dir / "slurm"
+
+    @property
+    def is_array(self) -> bool:
+        """A job array, one task per seed (`run_dir` is then the recipe's folder of seeds)."""
+        return bool(self.seeds)
 
 
 def reject_control(value: str, where: str) -> str:
@@ -155,7 +161,8 @@ def build_job_spec(
     """A checked `JobSpec` from a loaded `Recipe`, its frozen copy and command-line flags.
 
     Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`) override
-    the recipe's `slurm` section. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
+    the recipe's `slurm` section; a `seeds` flag (a list) makes the job an array, one task per
+    seed. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
     more nodes than `cluster.num_nodes` (e.g. to spread the embedded engine's Ray actors over two
     nodes), never fewer. Without a container the job puts the submitting interpreter's directory
     first on PATH (`python_bin_dir`, default: this Python's).
@@ -189,8 +196,23 @@ def build_job_spec(
         eval_checkpoint=_eval_value(cfg.get("eval_checkpoint"), "--checkpoint"),
         eval_suite=_eval_value(cfg.get("eval_suite"), "--suite"),
         eval_data_dir=_eval_value(cfg.get("eval_data_dir"), "--data-dir"),
+        seeds=_array_seeds(cfg.get("seeds") or ()),
     )
     return check_paths(spec)
+
+
+MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001: task ids 0..1000
+
+
+def _array_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
+    """Seeds as array task ids (each task's seed is its SLURM_ARRAY_TASK_ID): 0..1000."""
+    out = tuple(sorted({_positive_int(s, "--seeds", 0) for s in seeds}))
+    if out and out[-1] > MAX_ARRAY_INDEX:
+        raise JobSpecError(
+            f"--seeds: seed {out[-1]} cannot be a Slurm array task id (Slurm's default "
+            f"MaxArraySize allows 0-{MAX_ARRAY_INDEX}). Fix: use seeds up to {MAX_ARRAY_INDEX}"
+        )
+    return out
 
 
 def _job_nodes(flag: Any, num_nodes: Any) -> int:

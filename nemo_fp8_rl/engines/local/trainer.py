@@ -126,6 +126,12 @@ class Trainer:
         batch["prev_logprobs"], ent = self._score(batch, entropy=True)
         mask = batch["token_mask"][:, 1:]
         metrics = {"entropy": float(diag.masked_mean(ent, mask))}
+        # each response's entropy quartile in this batch, for the clipping-by-entropy split
+        batch["entropy_quantile"] = diag.response_entropy_quantile(
+            ent, mask * batch["sample_mask"][:, None]
+        )
+        self._clip_rows: list[dict[str, torch.Tensor]] = []
+        low_in_force = self.loss_fn.bounds[0]
         if self.reference is not None:
             batch["reference_policy_logprobs"], _ = self._score(batch, self.reference)
         timing["logprobs"] = time.perf_counter() - t0
@@ -139,6 +145,7 @@ class Trainer:
         in_loop_shadow = timing["shadow"] - shadow_before
         timing["policy_training"] = time.perf_counter() - t2 - in_loop_shadow
         metrics.update(steps)
+        metrics.update(_clip_entropy_split(self._clip_rows, low_in_force))
         metrics.update(self._finish_calibration(step, shadow_rows))
         if self.precision.kv_fp8:
             with self.precision.kv_calibration(self.model):
@@ -185,6 +192,7 @@ class Trainer:
                     )
                 timing["shadow"] += time.perf_counter() - t
                 shadow_rows.append(_shadow_row(micro, lp.detach()))
+            self._clip_rows.append(_clip_row(micro, lp.detach()))
             loss, m = self.loss_fn(
                 next_token_logprobs=lp, data=micro, global_valid_seqs=gs, global_valid_toks=gt
             )
@@ -275,7 +283,29 @@ def _shadow_row(micro: dict[str, torch.Tensor], fp8_curr: torch.Tensor) -> dict[
         "bf16_prev": micro["bf16_prev_logprobs"][:, 1:],
         "adv": micro["advantages"][:, 1:],
         "mask": micro["token_mask"][:, 1:] * micro["sample_mask"][:, None],
+        "quantile": micro["entropy_quantile"][:, None].expand_as(fp8_curr),
     }
+
+
+def _clip_row(micro: dict[str, torch.Tensor], curr: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Token ratio r = exp(lp_θ - lp_θold), advantages, mask and entropy quartile (`[B, S-1]`)."""
+    return {
+        "ratio": (curr - micro["prev_logprobs"][:, 1:]).exp(),
+        "adv": micro["advantages"][:, 1:],
+        "mask": micro["token_mask"][:, 1:] * micro["sample_mask"][:, None],
+        "quantile": micro["entropy_quantile"][:, None].expand_as(curr),
+    }
+
+
+def _clip_entropy_split(rows: list[dict[str, torch.Tensor]], low: float) -> dict[str, float]:
+    """`clip_lower_share_entropy_q1..4` pooled over a step's micro-batches and optimiser steps
+    (`diagnostics.lower_clip_entropy_split`; each token carries its response's quartile)."""
+    if not rows:
+        return {}
+    cat = {k: torch.cat([r[k].reshape(-1) for r in rows]) for k in rows[0]}
+    return diag.lower_clip_entropy_split(
+        cat["ratio"], cat["adv"], cat["mask"], cat["quantile"], low
+    )
 
 
 def shadow_metrics(
@@ -293,7 +323,8 @@ def shadow_metrics(
     error weighs on low-probability tokens; tiny-model.md §6 calls it "amplification");
     `bf16_lower_frac_neg` and
     `fp8_nominal_lower_frac_neg`: shares of negative-advantage tokens below the nominal lower
-    bound in each precision; and the over-clip decomposition at the nominal bounds.
+    bound in each precision; the over-clip decomposition at the nominal bounds; and where the
+    over-clipped A<0 tokens sit by response-entropy quartile (`overclip_share_entropy_q1..4`).
     """
     cat = {k: torch.cat([r[k].reshape(-1) for r in rows]) for k in rows[0]}
     r8 = (cat["fp8_curr"] - cat["fp8_prev"]).exp()
@@ -314,4 +345,6 @@ def shadow_metrics(
         out["prob_relative_error"] / nmae if nmae > 0 else math.nan
     )
     out.update(diag.overclip_stats(r8, r16, adv, m, nominal[0], nominal[1], dual_c))
+    if "quantile" in cat:  # each token carries its response's entropy quartile
+        out.update(diag.overclip_entropy_split(r8, r16, adv, m, cat["quantile"], nominal[0]))
     return out

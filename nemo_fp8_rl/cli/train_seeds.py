@@ -1,0 +1,99 @@
+"""`nemo_fp8_rl.train --recipe R --seeds 1-3 [--parallel N]`: one recipe over several seeds.
+
+Every seed's recipe is loaded and its run directory checked before anything starts (a bad key
+or another recipe's run fails at once, for all seeds); then each seed trains in its own child
+process (`nemo_fp8_rl.seeds`). Exit code 0 when every seed finished, 1 when any failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.seeds import (
+    SEED_KEY,
+    SeedSpecError,
+    check_overrides,
+    parse_seeds,
+    run_seeds,
+    seed_run_dir,
+    summary_lines,
+    train_command,
+)
+
+
+def add_seed_args(parser: argparse.ArgumentParser) -> None:
+    """`--seeds LIST` and `--parallel N`."""
+    parser.add_argument(
+        "--seeds",
+        help="train once per seed, e.g. 1,2,3 or 1-5 (runs in <run dir>/seed-<k>, "
+        f"sets {SEED_KEY})",
+    )
+    parser.add_argument(
+        "--parallel",
+        type=int,
+        default=1,
+        help="with --seeds: how many seeds train at once (default 1: one after another)",
+    )
+
+
+def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
+    """Load and check every seed's recipe; returns (group dir, child commands, engine).
+
+    Raises:
+        SeedSpecError: bad --seeds / --parallel, or a grpo.seed override.
+        RecipeError: a seed's recipe does not load.
+        RunDirError: a seed's run directory holds another recipe's run.
+        EngineUnavailable: no engine can run the recipe here.
+    """
+    from nemo_fp8_rl.cli.train import choose_engine
+    from nemo_fp8_rl.rundir import check_owner
+
+    seeds = parse_seeds(args.seeds)
+    if args.parallel < 1:
+        raise SeedSpecError(f"--parallel {args.parallel}: give 1 or more")
+    check_overrides(args.overrides)
+    base = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    group = base.run_dir
+    commands: dict[int, list[str]] = {}
+    engine = choose_engine(base, args.engine)
+    for seed in seeds:
+        run_dir = seed_run_dir(group, seed)
+        recipe = load_recipe(base.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
+        if not args.resume:
+            check_owner(run_dir, recipe.config)
+        commands[seed] = train_command(
+            base.path, run_dir, seed, args.overrides, engine=engine, resume=args.resume
+        )
+    return group, commands, engine
+
+
+def main_seeds(args: argparse.Namespace) -> int:
+    """Plan, then run (or with --dry-run print) every seed; print the per-seed summary."""
+    from nemo_fp8_rl.cli.train import EngineUnavailable
+    from nemo_fp8_rl.rundir import RunDirError
+
+    try:
+        group, commands, engine = plan(args)
+    except (SeedSpecError, RunDirError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except EngineUnavailable as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 3
+    print(
+        f"{len(commands)} seed(s) of {group.name} on the {engine} engine, {args.parallel} at a time"
+    )
+    if args.dry_run:
+        for seed, cmd in commands.items():
+            print(f"seed {seed}: {shlex.join(cmd)}")
+        return 0
+    outcomes = run_seeds(commands, group, parallel=args.parallel)
+    print("---- seeds ----")
+    for line in summary_lines(outcomes):
+        print(line)
+    print(f"compare with: nemo_fp8_rl.compare {group} <other recipe's run dir>")
+    return 0 if all(o.ok for o in outcomes) else 1

@@ -1,0 +1,362 @@
+"""Compare recipes over seeds: runs grouped by recipe, mean and 95 % interval per metric,
+differences paired by seed, and verdicts that say whether a gap is more than seed noise.
+
+A group is every run of one recipe: the recipe name saved in its `recipe.yaml`
+(`logger.wandb.name`), else the parent folder of a `seed-<k>` run directory, else the run's own
+name. A run's seed is `grpo.seed` from its `recipe.yaml`, else the `<k>` of `seed-<k>`.
+
+Each run is reduced exactly as in a single-run comparison (`nemo_fp8_rl.compare.summarize_run`,
+plus the shadow-pass metrics in `EXTRA_COLUMNS`); the statistics are over seeds
+(`nemo_fp8_rl.stats`). Verdict for a group against the reference group (the first BF16 group,
+else the first): accuracy difference in points with its interval, "within noise" when the
+interval contains 0; with one run on either side it says the verdict rests on one run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nemo_fp8_rl import stats
+from nemo_fp8_rl.compare import (
+    COLUMNS,
+    DEFAULT_TOLERANCE_POINTS,
+    TAIL_STEPS,
+    Column,
+    align,
+    diff_configs,
+    summarize_run,
+)
+from nemo_fp8_rl.runs import RunData
+from nemo_fp8_rl.seeds import seed_of_dir
+
+
+def _mean(s) -> float:
+    return float(np.mean(s.values))
+
+
+def _sum(s) -> float:
+    return float(np.sum(s.values))
+
+
+EXTRA_COLUMNS: tuple[Column, ...] = (
+    Column("prob_nmae", "prob NMAE", "train/prob_nmae", _mean, "{:.4f}"),
+    Column("ratio_nmae", "ratio NMAE", "train/ratio_nmae", _mean, "{:.4f}"),
+    Column("ratio_amplification", "ratio amplification", "train/ratio_amplification", _mean),
+    Column(
+        "overclip_tokens",
+        "over-clipped A<0 tokens (sum)",
+        "train/overclip_neg_tokens",
+        _sum,
+        "{:.0f}",
+    ),
+    *(
+        Column(
+            f"overclip_q{q}",
+            f"over-clip share, entropy Q{q}",
+            f"train/overclip_share_entropy_q{q}",
+            _mean,
+        )
+        for q in range(1, 5)
+    ),
+    Column(
+        "clip_lower_tokens",
+        "lower-clipped A<0 tokens (sum)",
+        "train/clip_lower_neg_tokens",
+        _sum,
+        "{:.0f}",
+    ),
+    *(
+        Column(
+            f"clip_lower_q{q}",
+            f"lower-clip share, entropy Q{q}",
+            f"train/clip_lower_share_entropy_q{q}",
+            _mean,
+        )
+        for q in range(1, 5)
+    ),
+)
+GROUP_COLUMNS: tuple[Column, ...] = (*COLUMNS, *EXTRA_COLUMNS)
+# entropy-quartile shares are pooled over steps, weighted by that step's token count
+SHARE_COUNTS = {
+    "train/overclip_share_entropy_q": "train/overclip_neg_tokens",
+    "train/clip_lower_share_entropy_q": "train/clip_lower_neg_tokens",
+}
+RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
+FEW_SEEDS = "over 2 seeds the interval is just their range, too narrow to trust: run 3 or more"
+ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
+
+
+@dataclass
+class RunGroup:
+    """The runs of one recipe and their seeds (None where a run's seed is unknown)."""
+
+    name: str
+    runs: list[RunData]
+    seeds: list[int | None]
+    notes: list[str] = field(default_factory=list)
+
+    def keyed(self, values: Sequence[float]) -> dict[int, float]:
+        """Values by seed; a run without a seed gets a negative key that never pairs."""
+        return {
+            (-1 - i if s is None else s): v
+            for i, (s, v) in enumerate(zip(self.seeds, values, strict=True))
+        }
+
+
+@dataclass
+class GroupSummary:
+    """One group reduced: per metric the value of each seed and the mean with its interval."""
+
+    name: str
+    precision: str
+    seeds: list[int | None]
+    per_seed: dict[str, dict[int, float]]
+    stats: dict[str, stats.Interval]
+    surges: int
+    last_steps: list[int]
+
+
+@dataclass
+class Gap:
+    """Accuracy of a group against the reference: difference in points (and how it was taken)."""
+
+    interval: stats.Interval
+    paired: bool
+    label: str
+    step: int | None
+
+
+@dataclass
+class GroupComparison:
+    """Groups, their summaries, differences to the reference group, verdicts."""
+
+    groups: list[RunGroup]
+    summaries: list[GroupSummary]
+    reference: int
+    differences: dict[str, dict[str, tuple[stats.Interval, bool]]]
+    ratios: dict[str, dict[str, stats.Interval]]
+    gaps: dict[str, Gap | None]
+    verdicts: list[str]
+
+    @property
+    def single_runs(self) -> bool:
+        """True when every group holds one run (no interval anywhere)."""
+        return all(len(g.runs) == 1 for g in self.groups)
+
+
+def run_seed(run: RunData) -> int | None:
+    """`grpo.seed` from the run's recipe, else the `<k>` of a `seed-<k>` folder."""
+    seed = ((run.config or {}).get("grpo") or {}).get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return seed
+    return seed_of_dir(run.path)
+
+
+def recipe_name(run: RunData) -> str:
+    """The recipe a run belongs to (see the module docstring)."""
+    name = (((run.config or {}).get("logger") or {}).get("wandb") or {}).get("name")
+    if isinstance(name, str) and name:
+        return name
+    return run.path.parent.name if seed_of_dir(run.path) is not None else run.name
+
+
+def group_runs(runs: Sequence[RunData]) -> list[RunGroup]:
+    """Runs grouped by recipe, in order of first appearance; notes on odd groups."""
+    groups: dict[str, RunGroup] = {}
+    for run in runs:
+        group = groups.setdefault(recipe_name(run), RunGroup(recipe_name(run), [], []))
+        group.runs.append(run)
+        group.seeds.append(run_seed(run))
+    for group in groups.values():
+        known = [s for s in group.seeds if s is not None]
+        if len(set(known)) < len(known):
+            group.notes.append(f"{group.name}: the same seed appears twice ({group.seeds})")
+        configs = [r.config for r in group.runs]
+        if len(configs) > 1 and all(configs):
+            diff = diff_configs([r.name for r in group.runs], configs)
+            other = [e.key for e in diff.entries if e.group != "derived" and "seed" not in e.key]
+            if other:
+                group.notes.append(
+                    f"{group.name}: runs differ in more than the seed: {', '.join(other[:6])}"
+                )
+    return list(groups.values())
+
+
+def summarize_group(group: RunGroup, resamples: int = stats.RESAMPLES) -> GroupSummary:
+    """Every `GROUP_COLUMNS` metric per seed, and its mean with a bootstrap interval."""
+    run_summaries = [summarize_run(r) for r in group.runs]
+    per_seed: dict[str, dict[int, float]] = {}
+    intervals: dict[str, stats.Interval] = {}
+    for column in GROUP_COLUMNS:
+        values = [run_value(run, column) for run in group.runs]
+        per_seed[column.key] = group.keyed(values)
+        intervals[column.key] = stats.bootstrap_mean(values, resamples)
+    precisions = {s.precision for s in run_summaries}
+    return GroupSummary(
+        group.name,
+        precisions.pop() if len(precisions) == 1 else "mixed",
+        list(group.seeds),
+        per_seed,
+        intervals,
+        sum(s.surge_step is not None for s in run_summaries),
+        [r.last_step for r in group.runs],
+    )
+
+
+def run_value(run: RunData, column: Column) -> float:
+    """One run's value of a summary column (NaN when not logged); the entropy-quartile shares
+    pooled over steps: `Σ_t share_t n_t / Σ_t n_t`, n_t the step's split token count."""
+    series, _ = run.find(column.metric)
+    finite = series.finite() if series is not None else None
+    if finite is None or not len(finite):
+        return float("nan")
+    count = next((c for p, c in SHARE_COUNTS.items() if column.metric.startswith(p)), None)
+    weights = run.get(count) if count else None
+    if weights is None:
+        return column.reduce(finite)
+    steps = np.intersect1d(finite.steps, weights.steps)
+    share = finite.values[np.searchsorted(finite.steps, steps)]
+    n = weights.values[np.searchsorted(weights.steps, steps)]
+    keep = np.isfinite(n) & (n > 0)
+    return float(np.sum(share[keep] * n[keep]) / np.sum(n[keep])) if keep.any() else float("nan")
+
+
+def accuracy_values(runs: Sequence[RunData]) -> tuple[list[float], str, int | None]:
+    """One accuracy per run, taken where all `runs` can be compared (x100, points).
+
+    Validation accuracy at the last validation step after 0 that every run logged; else each
+    run's mean reward over the last `TAIL_STEPS` steps all runs logged; else each run's last
+    validation accuracy. Returns (values, what was compared, step or None).
+    """
+    for metric, label in (
+        ("validation/accuracy", "validation accuracy"),
+        ("train/reward", "reward"),
+    ):
+        steps, table = align(runs, metric)
+        both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
+        if both.size:
+            picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
+            return list(100.0 * table[:, picked].mean(axis=1)), label, int(steps[both[-1]])
+    values = []
+    for run in runs:
+        series = run.get("validation/accuracy")
+        finite = series.finite() if series is not None else None
+        values.append(
+            100.0 * float(finite.values[-1]) if finite is not None and len(finite) else np.nan
+        )
+    return values, "last validation accuracy of each run (no step common to all)", None
+
+
+def group_gap(reference: RunGroup, group: RunGroup, resamples: int = stats.RESAMPLES) -> Gap | None:
+    """Accuracy of `group` minus `reference`, in points, paired by seed where possible."""
+    values, label, step = accuracy_values([*reference.runs, *group.runs])
+    ref_values, values = values[: len(reference.runs)], values[len(reference.runs) :]
+    a, b = reference.keyed(ref_values), group.keyed(values)
+    if not np.isfinite(ref_values).any() or not np.isfinite(values).any():
+        return None
+    interval, paired = stats.difference(a, b, resamples)
+    return Gap(interval, paired, label, step)
+
+
+def _reference_index(summaries: Sequence[GroupSummary]) -> int:
+    return next((i for i, s in enumerate(summaries) if s.precision == "bf16"), 0)
+
+
+def group_verdict(
+    ref: GroupSummary,
+    summary: GroupSummary,
+    gap: Gap | None,
+    clip_ratio: stats.Interval | None,
+    tolerance_points: float = DEFAULT_TOLERANCE_POINTS,
+) -> str:
+    """One line: accuracy against the reference (with interval, or the one-run caveat), the
+    lower-clip ratio, and entropy surges."""
+    who = "BF16" if ref.precision == "bf16" else ref.name
+    head = f"{summary.name} ({summary.precision.upper()}, {_seeds_text(summary.seeds)})"
+    if gap is None:
+        return f"{head}: accuracy not comparable (no validation/accuracy or train/reward in both)"
+    iv = gap.interval
+    where = f"{gap.label}" + (f" at step {gap.step}" if gap.step is not None else "")
+    if iv.has_interval:
+        how = "paired by seed" if gap.paired else "unpaired, different seeds"
+        bounds = f"[{iv.low:+.1f}, {iv.high:+.1f}]"
+        if iv.contains(0.0):
+            accuracy = f"within noise of {who}: {iv.estimate:+.1f} points {bounds}"
+        else:
+            side = "higher" if iv.estimate > 0 else "lower"
+            accuracy = f"{abs(iv.estimate):.1f} points {side} than {who} {bounds}"
+        accuracy += f" ({where}, 95 % bootstrap interval over {iv.n} seeds, {how})"
+        if iv.n < 3:
+            accuracy += f"; {FEW_SEEDS}"
+    else:
+        if abs(iv.estimate) <= tolerance_points:
+            accuracy = f"matches {who} within {abs(iv.estimate):.1f} points"
+        else:
+            side = "higher" if iv.estimate > 0 else "lower"
+            accuracy = f"{abs(iv.estimate):.1f} points {side} than {who}"
+        accuracy += f" ({where}); this {ONE_RUN}"
+    parts = [accuracy]
+    if clip_ratio is not None and np.isfinite(clip_ratio.estimate):
+        text = f"{clip_ratio.estimate:.2f}x"
+        if clip_ratio.has_interval:
+            text += f" [{clip_ratio.low:.2f}, {clip_ratio.high:.2f}]"
+        parts.append(f"lower-bound clipping of A<0 tokens {text} {who}'s")
+    parts.append(f"entropy surge in {summary.surges} of {len(summary.seeds)} run(s)")
+    return f"{head}: " + "; ".join(parts)
+
+
+def _seeds_text(seeds: Sequence[int | None]) -> str:
+    known = [str(s) for s in seeds if s is not None]
+    label = "seed" if len(seeds) == 1 else f"{len(seeds)} seeds"
+    return f"{label} {', '.join(known)}" if known else label
+
+
+def compare_groups(
+    runs: Sequence[RunData],
+    tolerance_points: float = DEFAULT_TOLERANCE_POINTS,
+    resamples: int = stats.RESAMPLES,
+) -> GroupComparison:
+    """Group `runs` by recipe and compare every group with the reference group.
+
+    Raises:
+        ValueError: fewer than two groups (e.g. every run is a seed of the same recipe).
+    """
+    groups = group_runs(runs)
+    if len(groups) < 2:
+        raise ValueError(
+            f"compare needs runs of two or more recipes; all {len(runs)} run(s) are of "
+            f"{groups[0].name if groups else 'nothing'}"
+        )
+    summaries = [summarize_group(g, resamples) for g in groups]
+    ref = _reference_index(summaries)
+    differences: dict[str, dict[str, tuple[stats.Interval, bool]]] = {}
+    ratios: dict[str, dict[str, stats.Interval]] = {}
+    gaps: dict[str, Gap | None] = {}
+    verdicts = []
+    for i, (group, summary) in enumerate(zip(groups, summaries, strict=True)):
+        if i == ref:
+            continue
+        differences[group.name] = {
+            c.key: stats.difference(
+                summaries[ref].per_seed[c.key], summary.per_seed[c.key], resamples
+            )
+            for c in GROUP_COLUMNS
+        }
+        ratios[group.name] = {
+            k: stats.ratio(summaries[ref].per_seed[k], summary.per_seed[k], resamples)
+            for k in RATIO_KEYS
+        }
+        gaps[group.name] = group_gap(groups[ref], group, resamples)
+        verdicts.append(
+            group_verdict(
+                summaries[ref],
+                summary,
+                gaps[group.name],
+                ratios[group.name]["clip_low_neg"],
+                tolerance_points,
+            )
+        )
+    return GroupComparison(groups, summaries, ref, differences, ratios, gaps, verdicts)

@@ -1,0 +1,321 @@
+"""Render a `GroupComparison` (recipes over seeds): terminal table, `report.md`, `report.html`,
+and PNG plots with one band per recipe.
+
+Table cells read `mean [low, high]` (95 % percentile-bootstrap interval over seeds,
+`nemo_fp8_rl.stats`); a difference column per compared recipe gives `mean(b) - mean(a)`, paired
+by seed where the same seeds ran. Plots: per step, each recipe's mean over seeds (line) and its
+95 % interval (band); noisy per-step training series are smoothed per seed first with an EMA
+whose alpha the legend states. As in `nemo_fp8_rl.report`, plots are described by data first
+(`band_data`) and drawn second, and the HTML embeds them.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nemo_fp8_rl import stats
+from nemo_fp8_rl.compare import align
+from nemo_fp8_rl.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
+from nemo_fp8_rl.report import PLOTS, PlotSpec, _html_table, _md_table, _rich_table, _style_axes
+
+EMA_ALPHA = 0.2
+SMOOTHED = (
+    "train/reward",
+    "train/entropy",
+    "train/clip_lower_frac_neg",
+    "train/clip_upper_frac_pos",
+    "train/clip_dual_frac_neg",
+    "train/token_mult_prob_error",
+    "train/gen_kl_error",
+)
+SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
+    ("overclip_q", "over-clipped A<0 tokens (FP8 only, shadow steps)"),
+    ("clip_lower_q", "lower-clipped A<0 tokens (every step)"),
+)
+
+
+@dataclass(frozen=True)
+class Band:
+    """One recipe on one panel: per step the mean over seeds and its interval."""
+
+    group: str
+    steps: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    seeds: int
+    smoothing: str | None
+
+    @property
+    def label(self) -> str:
+        what = f"{self.group} ({self.seeds} seed{'s' if self.seeds != 1 else ''}"
+        what += ", mean, 95 % band" if self.seeds > 1 else ""
+        return what + (f", {self.smoothing})" if self.smoothing else ")")
+
+
+def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]:
+    """One row per metric: each recipe's `mean [interval]`, then each difference to the reference."""
+    ref = comparison.summaries[comparison.reference]
+    others = [s for i, s in enumerate(comparison.summaries) if i != comparison.reference]
+    headers = [
+        "metric",
+        *(f"{s.name} ({s.precision}, n={len(s.seeds)})" for s in comparison.summaries),
+    ]
+    headers += [f"{s.name} - {ref.name}" for s in others]
+    rows = [["seeds", *(_seed_list(s.seeds) for s in comparison.summaries), *("" for _ in others)]]
+    for column in GROUP_COLUMNS:
+        cells = [_cell(s.stats[column.key], column.fmt, len(s.seeds)) for s in comparison.summaries]
+        if all(c == "-" for c in cells):
+            continue
+        diffs = []
+        for s in others:
+            interval, paired = comparison.differences[s.name][column.key]
+            text = _cell(interval, column.fmt, min(len(s.seeds), len(ref.seeds)))
+            diffs.append(text + (" (paired)" if paired and text != "-" else ""))
+        rows.append([column.header, *cells, *diffs])
+    rows.append(
+        ["entropy surges", *(f"{s.surges} of {len(s.seeds)}" for s in comparison.summaries)]
+        + ["" for _ in others]
+    )
+    return headers, rows
+
+
+def _cell(interval: stats.Interval, template: str, seeds: int) -> str:
+    """`mean [low, high]`, with `n=k` when only k of the group's seeds had a value."""
+    text = stats.format_interval(interval, template)
+    return text + (f" n={interval.n}" if text != "-" and 0 < interval.n < seeds else "")
+
+
+def seed_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]:
+    """Each seed's accuracy (the verdict's number) and lower-clip share, for the record."""
+    headers = ["recipe", "seed", "last step", "val acc final", "clip<L, A<0"]
+    rows = []
+    for s in comparison.summaries:
+        for i, seed in enumerate(s.seeds):
+            key = -1 - i if seed is None else seed
+            rows.append(
+                [
+                    s.name,
+                    "?" if seed is None else str(seed),
+                    str(s.last_steps[i]),
+                    _num(s.per_seed["val_acc_final"].get(key), "{:.3f}"),
+                    _num(s.per_seed["clip_low_neg"].get(key), "{:.4f}"),
+                ]
+            )
+    return headers, rows
+
+
+def _num(value: float | None, template: str) -> str:
+    return "-" if value is None or not np.isfinite(value) else template.format(value)
+
+
+def _seed_list(seeds) -> str:
+    return ", ".join("?" if s is None else str(s) for s in seeds)
+
+
+def band_data(comparison: GroupComparison, spec: PlotSpec) -> list[list[Band]]:
+    """For each panel of `spec`, each recipe's band (recipes without the metric left out)."""
+    panels = []
+    for metric, _ in spec.panels:
+        bands = []
+        for group in comparison.groups:
+            steps, table = align(group.runs, metric)
+            if not np.isfinite(table).any():
+                continue
+            smoothing = None
+            if metric in SMOOTHED:
+                table = np.stack([stats.ema(row, EMA_ALPHA) for row in table])
+                smoothing = f"EMA alpha={EMA_ALPHA}"
+            keep = np.isfinite(table).any(axis=0)
+            mean, low, high = stats.band(table[:, keep])
+            bands.append(Band(group.name, steps[keep], mean, low, high, len(group.runs), smoothing))
+        panels.append(bands)
+    return panels
+
+
+def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
+    """One figure (no pyplot state): per panel a line per recipe and its shaded interval."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5 * len(panels), 3.6), dpi=100)
+    fig.subplots_adjust(
+        left=0.14 / len(panels) + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=0.3
+    )
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (metric, label), bands in zip(axes, spec.panels, panels, strict=True):
+        for index, b in enumerate(bands):
+            color = f"C{index}"
+            ax.plot(b.steps, b.mean, color=color, lw=1.3, label=b.label)
+            if np.isfinite(b.low).any():
+                ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
+        _style_axes(ax, [_AsCurve(b.mean[np.isfinite(b.mean)]) for b in bands])
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if bands:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(
+                0.5, 0.5, f"{metric}\nnot logged", ha="center", va="center", transform=ax.transAxes
+            )
+    fig.suptitle(spec.title)
+    return fig
+
+
+@dataclass(frozen=True)
+class _AsCurve:
+    values: np.ndarray
+
+
+def draw_overclip_plot(comparison: GroupComparison):
+    """Bars per response-entropy quartile: each recipe's mean share of the over-clipped (left)
+    and lower-clipped (right) A<0 tokens, with intervals; None when no run logged either."""
+    from matplotlib.figure import Figure
+
+    panels = []
+    for prefix, title in SPLITS:
+        keys = [c.key for c in EXTRA_COLUMNS if c.key.startswith(prefix)]
+        if any(np.isfinite(s.stats[k].estimate) for s in comparison.summaries for k in keys):
+            panels.append((keys, title))
+    if not panels:
+        return None
+    fig = Figure(figsize=(5.5 * len(panels), 3.8), dpi=100)
+    fig.subplots_adjust(
+        left=0.1 / len(panels) + 0.04, right=0.98, bottom=0.16, top=0.84, wspace=0.3
+    )
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    width = 0.8 / len(comparison.summaries)
+    for ax, (keys, title) in zip(axes, panels, strict=True):
+        x = np.arange(len(keys))
+        for i, s in enumerate(comparison.summaries):
+            ivs = [s.stats[k] for k in keys]
+            mean = np.array([iv.estimate for iv in ivs])
+            err = np.array([[iv.estimate - iv.low, iv.high - iv.estimate] for iv in ivs]).T
+            ax.bar(
+                x + i * width,
+                np.nan_to_num(mean),
+                width,
+                yerr=np.where(np.isfinite(err), err, 0.0),
+                capsize=3,
+                label=f"{s.name} (n={len(s.seeds)})",
+            )
+        ax.set_xticks(x + width * (len(comparison.summaries) - 1) / 2, [f"Q{q + 1}" for q in x])
+        ax.set_xlabel("response-entropy quartile in the batch (Q4 highest)")
+        ax.set_ylabel("share")
+        ax.set_title(title, fontsize=9)
+        ax.legend(fontsize=7)
+    fig.suptitle(
+        "Where the clipping comes from (pooled over steps, mean over seeds, 95 % interval)"
+    )
+    return fig
+
+
+def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
+    """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
+    written = {}
+    for spec in PLOTS:
+        panels = band_data(comparison, spec)
+        if not any(panels):
+            continue
+        path = out_dir / f"{spec.name}.png"
+        draw_band_plot(spec, panels).savefig(path, pil_kwargs={"compress_level": 3})
+        written[spec.name] = path
+    fig = draw_overclip_plot(comparison)
+    if fig is not None:
+        path = out_dir / "overclip_entropy.png"
+        fig.savefig(path, pil_kwargs={"compress_level": 3})
+        written["overclip_entropy"] = path
+    return written
+
+
+def _notes(comparison: GroupComparison) -> list[str]:
+    notes = [n for g in comparison.groups for n in g.notes]
+    for g in comparison.groups:
+        for run in g.runs:
+            notes += run.notes
+    return notes
+
+
+INTRO = (
+    "Cells: mean over seeds [95 % percentile-bootstrap interval, 10 000 resamples]; differences "
+    "are paired by seed where the same seeds ran. Plots: mean over seeds with its 95 % band. "
+    "The interval is no wider than the seeds' range and too narrow for fewer than about 5 seeds."
+)
+
+
+def render_markdown(
+    comparison: GroupComparison, plots: dict[str, Path], runs_report: str | None
+) -> str:
+    """`report.md` for grouped runs: verdicts, the interval table, per-seed values, plots."""
+    lines = ["# BF16 vs FP8 comparison over seeds", "", "## Verdict", ""]
+    lines += [f"- {v}" for v in comparison.verdicts]
+    lines += ["", "## Summary", "", INTRO, "", *_md_table(*table_rows(comparison)), ""]
+    lines += ["## Seeds", "", *_md_table(*seed_rows(comparison)), ""]
+    notes = _notes(comparison)
+    if notes:
+        lines += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+    if runs_report:
+        lines += [f"Per-run detail (every seed as its own run): [{runs_report}]({runs_report})", ""]
+    if plots:
+        lines += ["## Plots", "", *(f"![{name}]({p.name})" for name, p in plots.items())]
+    return "\n".join(lines) + "\n"
+
+
+def render_html(
+    comparison: GroupComparison, plots: dict[str, Path], runs_report: str | None
+) -> str:
+    """`report.html`: the Markdown report's content with the PNGs embedded."""
+    e = html.escape
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8 over seeds</title>"
+    ]
+    parts.append(
+        "<style>body{font-family:sans-serif;max-width:1300px;margin:2em auto}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
+        "img{max-width:100%;display:block}</style></head><body>"
+    )
+    parts.append("<h1>BF16 vs FP8 comparison over seeds</h1><h2>Verdict</h2><ul>")
+    parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts]
+    parts.append(f"</ul><h2>Summary</h2><p>{e(INTRO)}</p>" + _html_table(*table_rows(comparison)))
+    parts.append("<h2>Seeds</h2>" + _html_table(*seed_rows(comparison)))
+    notes = _notes(comparison)
+    if notes:
+        parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    if runs_report:
+        parts.append(f"<p>Per-run detail: <a href='{e(runs_report)}'>{e(runs_report)}</a></p>")
+    for name, path in plots.items():
+        data = base64.b64encode(path.read_bytes()).decode("ascii")
+        parts.append(f"<img alt='{e(name)}' src='data:image/png;base64,{data}'>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def write_report(
+    comparison: GroupComparison, out_dir: Path, plots: bool = True, runs_report: str | None = None
+) -> tuple[Path, Path, dict[str, Path]]:
+    """Write plots, `report.md` and `report.html` into `out_dir`; returns their paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    pngs = write_plots(comparison, out) if plots else {}
+    md, page = out / "report.md", out / "report.html"
+    md.write_text(render_markdown(comparison, pngs, runs_report), encoding="utf-8")
+    page.write_text(render_html(comparison, pngs, runs_report), encoding="utf-8")
+    return md, page, pngs
+
+
+def print_groups(comparison: GroupComparison, console=None) -> None:
+    """The interval table, notes and verdicts in the terminal."""
+    from rich.console import Console
+
+    console = console or Console()
+    console.print(_rich_table("BF16 vs FP8 over seeds", *table_rows(comparison)))
+    console.print(INTRO, highlight=False)
+    for note in _notes(comparison):
+        console.print(f"  [yellow]{note}[/yellow]", highlight=False)
+    for line in comparison.verdicts:
+        console.print(f"[bold green]verdict[/bold green] {line}", highlight=False)

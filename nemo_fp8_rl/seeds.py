@@ -1,0 +1,263 @@
+"""Seeds as an axis: one recipe trained over several seeds, each in its own run directory.
+
+Layout (`docs/architecture.md`, "Run directory layout"): the seeds of one recipe live side by
+side under the recipe's run directory,
+
+    runs/<recipe name>/seed-<k>/     one complete run directory per seed (recipe.yaml, metrics...)
+    runs/<recipe name>/seeds.json    outcome of the last multi-seed launch (seed, exit code, time)
+
+so `nemo_fp8_rl.compare runs/<a> runs/<b>` finds each recipe's seeds by folder, and the recipe
+name stays the folder name (and `logger.wandb.name` in each seed's `recipe.yaml`). The seed is
+set through the normal override path, `grpo.seed=<k>`, which NeMo RL and the embedded engine
+both read (model init, sampling, data shuffling).
+
+Each seed trains in a child process (`python -m nemo_fp8_rl.train --recipe R --run-dir
+runs/<name>/seed-<k> ... grpo.seed=<k>`), so a seed that crashes, is killed or runs out of memory
+never takes the others down. Up to `parallel` children run at once; their output goes to
+`<seed dir>/train.log` and, prefixed with `[seed k]`, to the terminal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SEED_DIR_PREFIX = "seed-"
+SEED_KEY = "grpo.seed"
+SUMMARY_NAME = "seeds.json"
+_ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
+
+
+class SeedSpecError(ValueError):
+    """A `--seeds` value that does not parse; the message shows the accepted forms."""
+
+
+def parse_seeds(text: str) -> list[int]:
+    """`"1,2,3"`, `"1-5"` or a mix (`"1-3,7"`) -> sorted unique seeds (ranges inclusive).
+
+    Raises:
+        SeedSpecError: an empty item, a reversed range, a negative seed, or anything else.
+    """
+    seeds: set[int] = set()
+    for item in str(text).split(","):
+        match = _ITEM.fullmatch(item)
+        if not match:
+            raise SeedSpecError(
+                f"--seeds {text!r}: {item.strip()!r} is not a seed or a range. Fix: give seeds "
+                "as a comma-separated list and/or inclusive ranges, e.g. 1,2,3 or 1-5 or 1-3,7"
+            )
+        low = int(match.group(1))
+        high = int(match.group(2)) if match.group(2) is not None else low
+        if low < 0 or high < low:
+            raise SeedSpecError(
+                f"--seeds {text!r}: {item.strip()!r} is not a range of non-negative seeds "
+                "(low-high, low <= high). Fix: e.g. 1-5"
+            )
+        seeds.update(range(low, high + 1))
+    return sorted(seeds)
+
+
+def seed_run_dir(group_dir: Path, seed: int) -> Path:
+    """The run directory of one seed: `<group_dir>/seed-<seed>`."""
+    return Path(group_dir) / f"{SEED_DIR_PREFIX}{seed}"
+
+
+def seed_of_dir(path: Path) -> int | None:
+    """The seed of a `seed-<k>` folder, or None for any other name."""
+    name = Path(path).name
+    rest = name.removeprefix(SEED_DIR_PREFIX)
+    return int(rest) if name.startswith(SEED_DIR_PREFIX) and rest.isdigit() else None
+
+
+def seed_dirs(group_dir: Path) -> list[Path]:
+    """The `seed-<k>` run directories under `group_dir` that hold metrics, by seed."""
+    found = [
+        p
+        for p in Path(group_dir).glob(f"{SEED_DIR_PREFIX}*")
+        if p.is_dir() and seed_of_dir(p) is not None
+    ]
+    found = [p for p in found if (p / "metrics.jsonl").is_file() or any(p.rglob("events.out.*"))]
+    return sorted(found, key=lambda p: seed_of_dir(p) or 0)
+
+
+def check_overrides(overrides: Sequence[str]) -> None:
+    """`--seeds` sets `grpo.seed`; an explicit `grpo.seed=` override would contradict it."""
+    clash = [o for o in overrides if o.split("=", 1)[0].strip() == SEED_KEY]
+    if clash:
+        raise SeedSpecError(
+            f"--seeds sets {SEED_KEY} for each run, but the overrides also set it ({clash[0]}). "
+            f"Fix: drop the {SEED_KEY} override, or drop --seeds"
+        )
+
+
+@dataclass
+class SeedOutcome:
+    """How one seed's run ended: exit code (None while running; negative = killed by signal)."""
+
+    seed: int
+    run_dir: str
+    log: str
+    returncode: int | None = None
+    wall_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+    def describe(self) -> str:
+        """`seed 2: FAILED (exit 1) after 12.3 s, log runs/x/seed-2/train.log`."""
+        if self.returncode is None:
+            state = "NOT RUN"
+        elif self.returncode == 0:
+            state = "ok"
+        elif self.returncode < 0:
+            state = f"FAILED (killed by signal {-self.returncode})"
+        else:
+            state = f"FAILED (exit {self.returncode})"
+        return f"seed {self.seed}: {state} after {self.wall_s:.1f} s, log {self.log}"
+
+
+def train_command(
+    recipe_path: Path,
+    run_dir: Path,
+    seed: int,
+    overrides: Sequence[str],
+    *,
+    engine: str = "auto",
+    resume: bool = False,
+) -> list[str]:
+    """The child command that trains one seed (a plain `nemo_fp8_rl.train` invocation)."""
+    cmd = [sys.executable, "-m", "nemo_fp8_rl.train", "--recipe", str(recipe_path)]
+    cmd += ["--run-dir", str(run_dir), "--engine", engine, "--no-progress"]
+    if resume:
+        cmd.append("--resume")
+    return [*cmd, *overrides, f"{SEED_KEY}={seed}"]
+
+
+class _Child:
+    """One running seed: the process and a thread copying its output to the log and `echo`."""
+
+    def __init__(self, outcome: SeedOutcome, cmd: list[str], echo: Callable[[str], None]):
+        self.outcome = outcome
+        self.start = time.monotonic()
+        Path(outcome.run_dir).mkdir(parents=True, exist_ok=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
+        )
+        self.thread = threading.Thread(target=self._pump, args=(echo,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, echo: Callable[[str], None]) -> None:
+        assert self.proc.stdout is not None
+        with open(self.outcome.log, "w", encoding="utf-8") as log:
+            for line in self.proc.stdout:
+                log.write(line)
+                log.flush()
+                echo(f"[seed {self.outcome.seed}] {line.rstrip()}")
+
+    def poll(self) -> bool:
+        """True once the process has ended (its outcome is then filled in)."""
+        code = self.proc.poll()
+        if code is None:
+            return False
+        self.thread.join(timeout=10)
+        self.outcome.returncode = code
+        self.outcome.wall_s = time.monotonic() - self.start
+        return True
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after 20 s; records the exit code."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.poll()
+
+
+def run_seeds(
+    commands: dict[int, list[str]],
+    group_dir: Path,
+    *,
+    parallel: int = 1,
+    echo: Callable[[str], None] = print,
+    poll_s: float = 0.2,
+) -> list[SeedOutcome]:
+    """Run each seed's command (at most `parallel` at a time, in seed order); never stop early.
+
+    A seed that fails is recorded and the next one starts. On Ctrl-C or SIGTERM (`kill`,
+    `scancel`, `timeout`) the running children are stopped (their seeds recorded as failed, the
+    rest as not run) and KeyboardInterrupt is raised after `seeds.json` is written, so no child
+    outlives the launcher.
+    """
+    outcomes = {
+        s: SeedOutcome(
+            s, str(seed_run_dir(group_dir, s)), str(seed_run_dir(group_dir, s) / "train.log")
+        )
+        for s in commands
+    }
+    waiting = sorted(commands)
+    running: list[_Child] = []
+    previous = _raise_on_sigterm()
+    try:
+        while waiting or running:
+            while waiting and len(running) < max(1, parallel):
+                seed = waiting.pop(0)
+                echo(f"seed {seed}: starting, run dir {outcomes[seed].run_dir}")
+                running.append(_Child(outcomes[seed], commands[seed], echo))
+            for child in [c for c in running if c.poll()]:
+                running.remove(child)
+                echo(child.outcome.describe())
+            time.sleep(poll_s)
+    except KeyboardInterrupt:
+        for child in running:
+            child.stop()
+        write_summary(group_dir, list(outcomes.values()))
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    result = [outcomes[s] for s in sorted(outcomes)]
+    write_summary(group_dir, result)
+    return result
+
+
+def _raise_on_sigterm():
+    """Make SIGTERM raise KeyboardInterrupt (main thread only); returns the previous handler."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def write_summary(group_dir: Path, outcomes: Sequence[SeedOutcome]) -> Path:
+    """`<group_dir>/seeds.json`: one entry per seed (seed, run_dir, log, returncode, wall_s)."""
+    path = Path(group_dir) / SUMMARY_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"seeds": [asdict(o) for o in outcomes], "written_at": time.time()}
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def summary_lines(outcomes: Sequence[SeedOutcome]) -> list[str]:
+    """The end-of-launch summary: one line per seed, then a count."""
+    failed = [o.seed for o in outcomes if not o.ok]
+    tail = f"{len(outcomes) - len(failed)} of {len(outcomes)} seeds finished" + (
+        f"; failed: {', '.join(map(str, failed))}" if failed else ""
+    )
+    return [o.describe() for o in outcomes] + [tail]
