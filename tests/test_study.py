@@ -37,6 +37,9 @@ def test_paired_statistics_use_common_seeds_only():
     assert d.n == 3 and d.mean == pytest.approx(0.1) and d.low == pytest.approx(0.1)
     r = analysis.paired({1: 2.0, 2: 4.0}, {1: 1.0, 2: 1.0}, "ratio")
     assert r.mean == 3.0 and (r.low, r.high) == (2.0, 4.0)
+    # a quotient of shares is the ratio of the means (not the mean of per-seed ratios)
+    q = analysis.paired({1: 2.0, 2: 3.0}, {1: 1.0, 2: 3.0}, "ratio")
+    assert q.mean == pytest.approx(2.5 / 2.0)
 
 
 def _write_run(path, rows):

@@ -13,9 +13,10 @@ Per run (from `metrics.jsonl`, training steps k ≥ 1):
   the BF16-clipped negative-advantage tokens the quantile-matched L* rests on;
 - `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
   found it cached), `wall_seconds` and `wall_seconds_without_warmup` of the run's process.
-Intervals: percentile bootstrap of the mean over seeds (10,000 resamples, fixed generator);
-differences and ratios between recipes are paired by seed (per-seed difference or quotient,
-then the bootstrap of its mean).
+Intervals (`nemo_fp8_rl.stats`, the same as `compare`'s): percentile bootstrap of the mean over
+seeds (10,000 resamples, fixed generator); differences between recipes are paired by seed
+(bootstrap of the mean per-seed difference), quotients are ratios of the means with both sides
+resampled on the same seeds.
 """
 
 from __future__ import annotations
@@ -25,13 +26,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
+from nemo_fp8_rl import stats
 from nemo_fp8_rl.surge import detect_entropy_surges
 
 TAIL = 3
-RESAMPLES = 10_000
-RNG_SEED = 20_240_615
 
 
 @dataclass(frozen=True)
@@ -52,28 +50,24 @@ class Interval:
         return f"{spec.format(self.mean)} [{spec.format(self.low)}, {spec.format(self.high)}]"
 
 
-def bootstrap_mean(values: list[float], confidence: float = 0.95) -> Interval:
-    """Percentile bootstrap of the mean of the finite `values`."""
-    x = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
-    if x.size == 0:
-        return Interval(math.nan, math.nan, math.nan, 0)
-    if x.size == 1:
-        return Interval(float(x[0]), math.nan, math.nan, 1)
-    idx = np.random.default_rng(RNG_SEED).integers(0, x.size, size=(RESAMPLES, x.size))
-    draws = x[idx].mean(axis=1)
-    tail = 100 * (1 - confidence) / 2
-    low, high = np.percentile(draws, [tail, 100 - tail])
-    return Interval(float(x.mean()), float(low), float(high), int(x.size))
+def _own(iv: stats.Interval) -> Interval:
+    return Interval(iv.estimate, iv.low, iv.high, iv.n)
+
+
+def bootstrap_mean(values: list[float]) -> Interval:
+    """Percentile bootstrap of the mean of the finite `values` (`nemo_fp8_rl.stats`)."""
+    return _own(stats.bootstrap_mean([math.nan if v is None else v for v in values]))
 
 
 def paired(a: dict[int, float], b: dict[int, float], op: str) -> Interval:
-    """Bootstrap of the mean per-seed `a − b` (op 'diff') or `a / b` (op 'ratio'), common seeds."""
-    seeds = sorted(set(a) & set(b))
+    """`a` against `b` over seeds, paired by seed (`nemo_fp8_rl.stats`).
+
+    op 'diff': mean(a − b) with the bootstrap of the per-seed differences; op 'ratio':
+    mean(a) / mean(b) with both sides resampled on the same seeds.
+    """
     if op == "diff":
-        vals = [a[s] - b[s] for s in seeds]
-    else:
-        vals = [a[s] / b[s] if b[s] > 0 else math.nan for s in seeds]
-    return bootstrap_mean(vals)
+        return _own(stats.difference(b, a)[0])
+    return _own(stats.ratio(b, a))
 
 
 def _mean(values: list[float]) -> float:
