@@ -193,6 +193,14 @@ def _pct_range(s: Series | None) -> str:
     return f"{100 * np.mean(s.values):.2f} % ({100 * np.min(s.values):.2f}–{100 * np.max(s.values):.2f} %)"
 
 
+def _warmup_steps(run: RunData, cfg: dict) -> str:
+    """Warm-up steps the run took (`warmup/steps` at step 0), else the configured fixed count."""
+    logged = run.get("warmup/steps")
+    if logged is not None and len(logged.values):
+        return str(int(logged.values[0]))
+    return str(cfg["local"]["warmup"]["steps"])
+
+
 def settings_line(runs: list[RunData]) -> str:
     """Seeds and settings, read from the runs' resolved recipes."""
     cfg = runs[-1].config
@@ -200,7 +208,7 @@ def settings_line(runs: list[RunData]) -> str:
     seeds = sorted({r.config["grpo"]["seed"] for r in runs})
     samples = grpo["num_prompts_per_step"] * grpo["num_generations_per_prompt"]
     updates = samples // cfg["policy"]["train_global_batch_size"]
-    warmup = cfg["local"]["warmup"]["steps"]
+    warmup = _warmup_steps(runs[-1], cfg)
     return (
         f"One run per recipe, seed {', '.join(map(str, seeds))}: {grpo['max_num_steps']} GRPO "
         f"steps after a {warmup}-step supervised warm-up, {grpo['num_prompts_per_step']} prompts "

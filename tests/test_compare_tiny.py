@@ -25,6 +25,7 @@ OVERRIDES = [
     "grpo.val_period=2",
     "local.task.num_validation=32",
     "local.warmup.steps=5",
+    "local.warmup.target_accuracy=null",
     "local.progress=false",
 ]
 

@@ -23,6 +23,7 @@ FAST = [
     "grpo.val_period=1",
     "checkpointing.save_period=1",
     "local.warmup.steps=20",
+    "local.warmup.target_accuracy=null",
     "local.task.num_validation=16",
     "loss_fn.calibration.interval=1",
     "loss_fn.calibration.min_tokens=4",

@@ -22,6 +22,7 @@ FAST = [
     "grpo.val_period=2",
     "checkpointing.save_period=2",
     "local.warmup.steps=30",
+    "local.warmup.target_accuracy=null",
     "local.task.num_validation=32",
     "loss_fn.calibration.interval=2",
     "loss_fn.calibration.min_tokens=4",

@@ -22,6 +22,7 @@ SMALL = [
     "policy.train_global_batch_size=16",
     "policy.train_micro_batch_size=8",
     "local.warmup.steps=5",
+    "local.warmup.target_accuracy=null",
     "local.task.num_validation=8",
     "loss_fn.calibration.min_tokens=1",
 ]

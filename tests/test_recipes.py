@@ -10,6 +10,10 @@ from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
 from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 
 RECIPES = find_recipes()
+# recipes/study/: the CPU mechanism study's recipes (python -m nemo_fp8_rl.study), not a model's
+STUDY = [p for p in RECIPES if p.parent.name == "study"]
+MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
+STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
 NAME = re.compile(
     r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)(-(?P<length>\d+k))?"
     r"-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
@@ -58,13 +62,13 @@ def _model_dir(path) -> str:
 
 
 def test_every_model_has_recipes():
-    top = {p.parent.name for p in RECIPES if p.parent.parent.name != PAPER}
+    top = {p.parent.name for p in MODEL_RECIPES if p.parent.parent.name != PAPER}
     paper = {p.parent.name for p in RECIPES if p.parent.parent.name == PAPER}
     assert top == MODEL_DIRS and paper == PAPER_MODELS
     assert len(RECIPES) >= 38
 
 
-@pytest.mark.parametrize("path", RECIPES, ids=short_name)
+@pytest.mark.parametrize("path", MODEL_RECIPES, ids=short_name)
 def test_recipe_validates_and_is_named_after_its_cluster(path):
     recipe = load_recipe(path)
     match = NAME.match(path.stem)
@@ -91,7 +95,7 @@ def test_recipe_is_minimal(path):
 
 def _pairs():
     for path in RECIPES:
-        variant = NAME.match(path.stem)["variant"]
+        variant = (STUDY_NAME if path in STUDY else NAME).match(path.stem)["variant"]
         if variant.startswith("fp8"):
             sibling = path.with_name(path.stem.replace(f"-{variant}", "-bf16") + ".yaml")
             yield pytest.param(sibling, path, id=short_name(path))
@@ -113,7 +117,7 @@ def _scaling(stem: str) -> str:
     return next((s for s in ("tensorwise", "mxfp8") if f"-fp8-{s}" in stem), "blockwise")
 
 
-@pytest.mark.parametrize("path", [p for p in RECIPES if "-fp8" in p.stem], ids=short_name)
+@pytest.mark.parametrize("path", [p for p in MODEL_RECIPES if "-fp8" in p.stem], ids=short_name)
 def test_fp8_recipes_have_active_clipping_and_the_named_scaling(path):
     cfg = load_recipe(path).config
     samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
@@ -132,6 +136,26 @@ def test_fp8_recipes_have_active_clipping_and_the_named_scaling(path):
         assert (
             cfg["policy"]["megatron_cfg"]["env_vars"]["NVTE_FP8_BLOCK_SCALING_FP32_SCALES"] == "1"
         )
+
+
+@pytest.mark.parametrize("path", STUDY, ids=short_name)
+def test_study_recipes_are_cpu_runs_of_the_tiny_model(path):
+    """The study's FP8 recipes train with per-tensor current scaling (docs/study/README.md)."""
+    assert STUDY_NAME.match(path.stem), f"{path.name} does not follow grpo-study-<variant>"
+    cfg = load_recipe(path).config
+    assert cfg["cluster"]["gpus_per_node"] == 0
+    samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
+    assert samples // cfg["policy"]["train_global_batch_size"] > 1
+    fp8 = cfg["policy"]["megatron_cfg"]["fp8_cfg"]
+    assert fp8["enabled"] == ("-fp8" in path.stem)
+    if fp8["enabled"]:
+        assert fp8["fp8_recipe"] == "tensorwise"
+        assert cfg["loss_fn"]["calibration"]["enabled"] == ("uncalibrated" not in path.stem)
+    assert {p.stem for p in STUDY} >= {
+        "grpo-study-bf16",
+        "grpo-study-fp8-uncalibrated",
+        "grpo-study-fp8",
+    }
 
 
 def test_moe_recipe_parallelism():

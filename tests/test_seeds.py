@@ -31,6 +31,7 @@ FAST = [
     "grpo.val_period=2",
     "checkpointing.save_period=2",
     "local.warmup.steps=5",
+    "local.warmup.target_accuracy=null",
     "local.task.num_validation=16",
     "grpo.num_prompts_per_step=8",
     "policy.train_global_batch_size=16",

@@ -24,6 +24,7 @@ FAST = [
     "grpo.val_period=2",
     "checkpointing.save_period=2",
     "local.warmup.steps=5",
+    "local.warmup.target_accuracy=null",
     "local.task.num_validation=16",
 ]
 

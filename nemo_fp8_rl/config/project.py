@@ -105,13 +105,34 @@ class TaskConfig(_Section):
 class WarmupConfig(_Section):
     """Supervised warm-up so GRPO starts from a policy that sometimes succeeds (cached per config).
 
-    350 steps (batch 128, lr 2e-3) take the tiny Qwen3 past its phase transition to about 0.38
-    greedy accuracy on two-digit addition (seed 1); 250 steps stop just before it.
+    With `target_accuracy: [lo, hi]` the warm-up runs until the greedy exact-match accuracy on a
+    held-out warm-up set (`eval_size` problems, distinct from the validation split) first reaches
+    `lo`, checked every `eval_every` steps, and fails with a clear error if `max_steps` pass
+    first or the accuracy jumps past `hi` between two checks. Without it, exactly `steps` steps
+    run. The tiny Qwen3 goes through a sharp phase transition on two-digit addition (about 0.07
+    greedy accuracy at 250 steps, 0.38 at 350 for seed 1, later for some seeds), which a fixed
+    count can land on either side of; the band puts every seed past it.
     """
 
-    steps: int = Field(350, ge=0)
+    steps: int = Field(350, ge=0, description="fixed step count, used without target_accuracy")
     batch_size: int = Field(128, ge=1)
     lr: float = Field(2.0e-3, gt=0.0)
+    target_accuracy: tuple[float, float] | None = Field(
+        None, description="[lo, hi]: stop at the first check with lo <= accuracy (<= hi)"
+    )
+    max_steps: int = Field(2000, ge=1, description="give up (an error) after this many steps")
+    eval_every: int = Field(25, ge=1, description="steps between accuracy checks")
+    eval_size: int = Field(256, ge=1, description="held-out problems per accuracy check")
+
+    @model_validator(mode="after")
+    def _band(self) -> WarmupConfig:
+        if self.target_accuracy is not None:
+            lo, hi = self.target_accuracy
+            if not (0.0 < lo <= hi <= 1.0):
+                raise ValueError(
+                    f"target_accuracy must satisfy 0 < lo <= hi <= 1, got [{lo}, {hi}]"
+                )
+        return self
 
 
 class LocalConfig(_Section):

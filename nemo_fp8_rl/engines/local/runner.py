@@ -50,6 +50,16 @@ def prepare_model(recipe: Recipe, run_dir: Path, local: LocalConfig) -> dict[str
     return info
 
 
+def warmup_metrics(info: dict[str, Any] | None) -> dict[str, float]:
+    """Step-0 metrics of the warm-up: `warmup/steps` and, for a band warm-up, `warmup/accuracy`."""
+    if not info:
+        return {}
+    out = {"warmup/steps": float(info["steps"])} if info.get("steps") is not None else {}
+    if info.get("accuracy") is not None:
+        out["warmup/accuracy"] = float(info["accuracy"])
+    return out
+
+
 class Loop:
     """One run of the GRPO loop against a trainer and a rollout actor."""
 
@@ -65,6 +75,7 @@ class Loop:
         self.ckpt_cfg = cfg["checkpointing"]
         self.ckpt_root = run_dir / "checkpoints"
         self.last_val: float | None = None
+        self.start_metrics: dict[str, float] = {}
 
     # ---- pieces ----------------------------------------------------------------------------
     def refit(self) -> float:
@@ -158,8 +169,11 @@ class Loop:
             self.steps, start, enabled=progress, name=self.cfg["logger"]["wandb"]["name"]
         )
         try:
-            if start == 0 and self.cfg["grpo"]["val_at_start"]:
-                logger.log(0, self.validate(0))
+            if start == 0 and (self.start_metrics or self.cfg["grpo"]["val_at_start"]):
+                first = dict(self.start_metrics)
+                if self.cfg["grpo"]["val_at_start"]:
+                    first.update(self.validate(0))
+                logger.log(0, first)
             save_period = self.ckpt_cfg["save_period"]
             for k in range(start, self.steps):
                 metrics = self.step(k)
@@ -209,9 +223,9 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
             },
         }
         rundir.write_environment(run_dir, "local", extra)
-        Loop(recipe, run_dir, trainer, rollout).run(
-            resume=resume, progress=progress and local.progress
-        )
+        loop = Loop(recipe, run_dir, trainer, rollout)
+        loop.start_metrics = warmup_metrics(model_info)
+        loop.run(resume=resume, progress=progress and local.progress)
         extra["seconds"]["total"] = time.perf_counter() - t0
         rundir.write_environment(run_dir, "local", extra)
     finally:

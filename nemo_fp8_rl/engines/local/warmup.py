@@ -1,8 +1,11 @@
 """Supervised warm-up so that GRPO starts from a policy that sometimes succeeds.
 
 Loss: token-mean cross-entropy on the answer and `<eos>` only (`<bos>` and prompt masked),
-AdamW (weight decay 0), gradient clipping 1.0, FP32, a fixed number of steps (so the starting
-point does not depend on the machine's speed). The result is cached under
+AdamW (weight decay 0), gradient clipping 1.0, FP32. It runs either a fixed number of steps or,
+with `local.warmup.target_accuracy: [lo, hi]`, until the greedy exact-match accuracy on a held-out
+warm-up set first reaches `lo` (checked every `eval_every` steps; an error if `max_steps` pass or
+the accuracy jumps past `hi` between checks). Both stop on a step count, never on time, so the
+starting point does not depend on the machine's speed. The result is cached under
 `~/.cache/nemo_fp8_rl/warmup/<hash>` (or `$NEMO_FP8_RL_CACHE`), keyed by everything that
 determines it, and shared by the BF16 and FP8 recipes of the same model and task.
 """
@@ -21,9 +24,16 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemo_fp8_rl.config.project import LocalConfig
 from nemo_fp8_rl.engines.local.model import load_untied_state, token_logprobs, untied_state
-from nemo_fp8_rl.engines.local.task import sample_problems
+from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
+from nemo_fp8_rl.engines.local.task import Problems, exact_match_reward, sample_problems
+from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
+WARMUP_EVAL_SEED_OFFSET = 7_777
+
+
+class WarmupError(RuntimeError):
+    """The warm-up did not end in its target accuracy band."""
 
 
 def cache_root() -> Path:
@@ -70,16 +80,63 @@ def _sft_batch(
     return ids, attn, loss_mask
 
 
+def warmup_eval_problems(local: LocalConfig) -> Problems:
+    """The held-out warm-up check set: `eval_size` problems from `validation_seed + 7777`."""
+    gen = torch.Generator().manual_seed(local.task.validation_seed + WARMUP_EVAL_SEED_OFFSET)
+    return sample_problems(local.task, local.warmup.eval_size, gen)
+
+
+@torch.no_grad()
+def greedy_accuracy(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, problems: Problems, digits: int
+) -> float:
+    """Exact-match accuracy of greedy completions (up to `digits + 2` tokens: answer + eos)."""
+    was_training = model.training
+    model.eval()
+    ids, mask = encode_prompts(tokenizer, problems.prompts)
+    gen = generate(
+        model,
+        ids,
+        mask,
+        SamplingParams(digits + 2, temperature=0.0),
+        torch.Generator().manual_seed(0),
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    )
+    texts = decode_completions(tokenizer, gen.response_ids)
+    model.train(was_training)
+    return float(exact_match_reward(texts, problems.answers).mean())
+
+
+def _band_error(cfg, steps: int, acc: float, why: str) -> WarmupError:
+    lo, hi = cfg.target_accuracy
+    return WarmupError(
+        f"local.warmup: {why} (accuracy {acc:.3f} after {steps} steps, target band "
+        f"[{lo}, {hi}]). Fix: raise local.warmup.max_steps or local.warmup.lr to reach it, "
+        "lower local.warmup.eval_every to check more often, widen "
+        "local.warmup.target_accuracy, or set it to null and use local.warmup.steps."
+    )
+
+
 def train_warmup(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, local: LocalConfig, seed: int
-) -> list[float]:
-    """Run the supervised warm-up in place on `model`; return the per-step losses."""
+) -> dict:
+    """Run the supervised warm-up in place on `model`.
+
+    Returns `{"losses", "steps", "accuracy", "checks"}`: per-step losses, steps taken, the
+    held-out greedy accuracy at the end (None for a fixed count) and the `(step, accuracy)`
+    checks. Raises `WarmupError` when a target band is set and not reached.
+    """
     cfg = local.warmup
+    band = cfg.target_accuracy
+    limit = cfg.max_steps if band is not None else cfg.steps
+    held_out = warmup_eval_problems(local) if band is not None else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(seed * 7919 + 17)
-    losses = []
+    losses: list[float] = []
+    checks: list[list] = []
     model.train()
-    for _ in range(cfg.steps):
+    for step in range(1, limit + 1):
         problems = sample_problems(local.task, cfg.batch_size, gen)
         ids, attn, loss_mask = _sft_batch(tokenizer, problems.prompts, problems.answers)
         lp, _ = token_logprobs(model, ids, attn)
@@ -89,8 +146,19 @@ def train_warmup(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(loss.item())
+        if band is not None and (step % cfg.eval_every == 0 or step == limit):
+            acc = greedy_accuracy(model, tokenizer, held_out, local.task.digits)
+            checks.append([step, acc])
+            if acc > band[1]:
+                raise _band_error(cfg, step, acc, "the accuracy jumped past the band")
+            if acc >= band[0]:
+                break
     model.eval()
-    return losses
+    if band is not None and (not checks or checks[-1][1] < band[0]):
+        acc = checks[-1][1] if checks else float("nan")
+        raise _band_error(cfg, len(losses), acc, "max_steps passed below the band")
+    accuracy = checks[-1][1] if checks else None
+    return {"losses": losses, "steps": len(losses), "accuracy": accuracy, "checks": checks}
 
 
 def warm_start(
@@ -98,23 +166,33 @@ def warm_start(
 ) -> dict:
     """Load the cached warm-up for this config into `model`, or run and cache it.
 
-    Returns `{"key", "cached", "final_loss", "path"}` for the run's environment record.
+    Returns `{"key", "cached", "final_loss", "steps", "accuracy", "path"}` for the run's
+    environment record (`accuracy`: the held-out greedy accuracy that ended a band warm-up).
     """
     key = warmup_key(local, seed, tokenizer.get_vocab())
     path = cache_root() / key / "model.safetensors"
     if path.exists():
         load_untied_state(model, load_file(path), f"cached warm-up {path} (delete it to rebuild)")
         meta = json.loads((path.parent / "meta.json").read_text())
-        return {"key": key, "cached": True, "final_loss": meta["final_loss"], "path": str(path)}
-    losses = train_warmup(model, tokenizer, local, seed)
-    final = losses[-1] if losses else float("nan")
+        return {"key": key, "cached": True, **_summary(meta), "path": str(path)}
+    result = train_warmup(model, tokenizer, local, seed)
+    losses = result["losses"]
+    meta = {
+        "final_loss": losses[-1] if losses else float("nan"),
+        "steps": result["steps"],
+        "accuracy": result["accuracy"],
+        "checks": result["checks"],
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     state = untied_state(model)
     with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
         save_file(state, Path(tmp) / "model.safetensors")
-        (Path(tmp) / "meta.json").write_text(
-            json.dumps({"final_loss": final, "steps": len(losses)})
-        )
+        (Path(tmp) / "meta.json").write_text(json.dumps(meta))
         os.replace(Path(tmp) / "meta.json", path.parent / "meta.json")
         os.replace(Path(tmp) / "model.safetensors", path)
-    return {"key": key, "cached": False, "final_loss": final, "path": str(path)}
+    return {"key": key, "cached": False, **_summary(meta), "path": str(path)}
+
+
+def _summary(meta: dict) -> dict:
+    """The fields of a warm-up's meta.json that go to the run's environment record."""
+    return {k: meta.get(k) for k in ("final_loss", "steps", "accuracy", "checks")}

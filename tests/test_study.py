@@ -1,0 +1,113 @@
+"""The study's statistics and run summaries (interval maths against known cases)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from nemo_fp8_rl.study import analysis, report
+from nemo_fp8_rl.study.grid import RunSpec, finished
+
+
+def test_bootstrap_of_identical_values_is_a_point_and_one_seed_has_no_interval():
+    iv = analysis.bootstrap_mean([0.4, 0.4, 0.4])
+    assert iv.n == 3 and iv.mean == iv.low == iv.high == pytest.approx(0.4)
+    one = analysis.bootstrap_mean([0.7])
+    assert one.n == 1 and math.isnan(one.low) and "1 seed" in one.fmt()
+    assert analysis.bootstrap_mean([math.nan]).n == 0
+
+
+def test_bootstrap_interval_of_two_values_matches_the_exact_resampling_distribution():
+    # resample means of (0, 1): 0 w.p. 1/4, 0.5 w.p. 1/2, 1 w.p. 1/4 -> 2.5 % and 97.5 % points
+    iv = analysis.bootstrap_mean([0.0, 1.0])
+    assert iv.mean == 0.5 and iv.low == 0.0 and iv.high == 1.0
+    # three seeds: bounds are resample means, inside [min, max], around the mean
+    iv3 = analysis.bootstrap_mean([1.0, 2.0, 6.0])
+    assert 1.0 <= iv3.low < 3.0 < iv3.high <= 6.0
+    means = {round(sum(c) / 3, 6) for c in np.array(np.meshgrid(*[[1, 2, 6]] * 3)).T.reshape(-1, 3)}
+    assert round(iv3.low, 6) in means and round(iv3.high, 6) in means
+
+
+def test_paired_statistics_use_common_seeds_only():
+    a, b = {1: 0.5, 2: 0.6, 3: 0.7}, {1: 0.4, 2: 0.5, 3: 0.6, 4: 0.0}
+    d = analysis.paired(a, b, "diff")
+    assert d.n == 3 and d.mean == pytest.approx(0.1) and d.low == pytest.approx(0.1)
+    r = analysis.paired({1: 2.0, 2: 4.0}, {1: 1.0, 2: 1.0}, "ratio")
+    assert r.mean == 3.0 and (r.low, r.high) == (2.0, 4.0)
+    # a quotient of shares is the ratio of the means (not the mean of per-seed ratios)
+    q = analysis.paired({1: 2.0, 2: 3.0}, {1: 1.0, 2: 3.0}, "ratio")
+    assert q.mean == pytest.approx(2.5 / 2.0)
+
+
+def _write_run(path, rows):
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_summary_of_a_run(tmp_path):
+    rows = [{"step": 0, "validation/accuracy": 0.3, "warmup/steps": 310.0}]
+    for k in range(1, 7):
+        row = {"step": k, "train/entropy": 0.5, "train/clip_lower_frac_neg": 0.01 * k}
+        if k % 2:
+            row |= {"train/prob_nmae": 0.01, "train/ratio_nmae": 0.02 + 0.01 * (k == 5)}
+            row |= {"train/fp8_nominal_lower_frac_neg": 0.04, "train/bf16_lower_frac_neg": 0.01}
+        if k % 2 == 0:
+            row["validation/accuracy"] = 0.4 + 0.1 * k
+        rows.append(row)
+    _write_run(tmp_path / "r", rows)
+    s = analysis.summarize(tmp_path / "r")
+    assert s["ratio_amplification"] == pytest.approx(0.07 / 0.03)  # pooled Σ ratio / Σ prob
+    assert s["clip_lower_frac_neg"] == pytest.approx(0.035)
+    assert s["val_start"] == 0.3 and s["val_tail"] == pytest.approx((0.6 + 0.8 + 1.0) / 3)
+    assert s["warmup_steps"] == 310 and s["steps"] == 6 and s["entropy_surges"] == 0
+    assert s["shadow_fp8_lower_frac_neg"] / s["shadow_bf16_lower_frac_neg"] == pytest.approx(4)
+
+
+def test_targets_table_reads_the_roles(tmp_path):
+    roles = {"bf16": "b", "fp8_uncal": "u", "fp8_cal": "c"}
+    base = {"ratio_amplification": 2.0, "shadow_fp8_lower_frac_neg": 0.02,
+            "shadow_bf16_lower_frac_neg": 0.01}  # fmt: skip
+    table = {
+        "b": {s: {**base, "clip_lower_frac_neg": 0.01, "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+        "u": {s: {**base, "clip_lower_frac_neg": 0.03, "val_tail": 0.7 + 0.01 * s} for s in (1, 2, 3)},
+        "c": {s: {**base, "clip_lower_frac_neg": 0.01, "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+    }  # fmt: skip
+    rows = report.targets(table, roles)
+    assert rows[0]["strict"] is True  # amplification 2 >= 1.5
+    assert rows[1]["interval"].mean == pytest.approx(3.0) and rows[1]["strict"] is True
+    deficit = rows[4]
+    assert deficit["interval"].mean == pytest.approx(-0.1) and deficit["strict"] is True
+    assert rows[-2]["point"] is True  # calibrated mean inside the BF16 interval
+    assert rows[-1]["point"] is False  # uncalibrated mean below it
+    assert "| ratio amplification" in report.markdown_targets(rows)
+
+
+def test_a_run_is_finished_only_at_its_last_step(tmp_path):
+    spec = RunSpec(tmp_path / "r.yaml", "r", 1, tmp_path / "run", steps=3)
+    assert not finished(spec)
+    _write_run(spec.run_dir, [{"step": 0}, {"step": 2}])
+    assert not finished(spec)
+    (spec.run_dir / "metrics.jsonl").write_text('{"step": 0}\n{"step": 3}\n')
+    assert finished(spec)
+
+
+def test_a_failing_run_is_retried_once_then_reported_and_the_others_go_on(tmp_path):
+    from nemo_fp8_rl.study.grid import run_all, run_env
+
+    bad = RunSpec(
+        tmp_path / "missing.yaml", "missing", 1, tmp_path / "out" / "missing" / "seed-1", 3
+    )
+    logs: list[str] = []
+    results = run_all([bad], jobs=1, log=logs.append, retries=1)
+    assert [r.returncode != 0 for r in results] == [True]
+    assert any(line.startswith("retry") for line in logs)
+    assert any(line.startswith("FAILED") for line in logs)
+    assert (tmp_path / "out" / "missing" / "seed-1.failed-1.log").exists()
+    assert "missing.yaml" in (tmp_path / "out" / "missing" / "seed-1.log").read_text()
+    assert run_env()["RAY_worker_niceness"] in (
+        "0",
+        __import__("os").environ.get("RAY_worker_niceness"),
+    )

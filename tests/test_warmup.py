@@ -1,0 +1,114 @@
+"""The supervised warm-up: fixed step count, or until a target accuracy band (real tiny model)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from nemo_fp8_rl.config.project import LocalConfig, WarmupConfig
+from nemo_fp8_rl.engines.local.model import build_model
+from nemo_fp8_rl.engines.local.runner import warmup_metrics
+from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+from nemo_fp8_rl.engines.local.warmup import (
+    WarmupError,
+    greedy_accuracy,
+    warm_start,
+    warmup_eval_problems,
+    warmup_key,
+)
+
+# one-digit addition with a 1-layer model: the phase transition comes within ~100 steps
+_SMALL = {"model": {"num_layers": 1}, "task": {"digits": 1}}
+
+
+def _local(**warmup) -> LocalConfig:
+    return LocalConfig(**_SMALL, warmup={"batch_size": 64, "lr": 3e-3, **warmup})
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("NEMO_FP8_RL_CACHE", str(tmp_path / "cache"))
+    torch.set_num_threads(1)
+
+
+def test_band_warmup_stops_at_the_first_check_inside_and_is_cached():
+    tok = build_tokenizer()
+    local = _local(target_accuracy=(0.3, 1.0), eval_every=10, max_steps=400)
+    model = build_model(local.model, tok, seed=1)
+    info = warm_start(model, tok, local, seed=1)
+    assert not info["cached"]
+    steps, acc = info["steps"], info["accuracy"]
+    assert steps % 10 == 0 and 0 < steps < 400
+    assert 0.3 <= acc <= 1.0
+    # every earlier check was below the band; the recorded accuracy is the model's
+    assert all(a < 0.3 for _, a in info["checks"][:-1])
+    assert info["checks"][-1] == [steps, acc]
+    held_out = warmup_eval_problems(local)
+    assert greedy_accuracy(model, tok, held_out, local.task.digits) == pytest.approx(acc)
+    # the cache returns the same start point and records the steps
+    again = build_model(local.model, tok, seed=1)
+    cached = warm_start(again, tok, local, seed=1)
+    assert cached["cached"] and cached["steps"] == steps and cached["accuracy"] == acc
+    meta = json.loads((Path(cached["path"]).parent / "meta.json").read_text())
+    assert meta["steps"] == steps
+    for a, b in zip(model.state_dict().values(), again.state_dict().values(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_band_not_reached_within_max_steps_is_a_clear_error_and_nothing_is_cached(tmp_path):
+    tok = build_tokenizer()
+    local = _local(target_accuracy=(0.99, 1.0), eval_every=5, max_steps=10)
+    with pytest.raises(
+        WarmupError, match=r"max_steps passed below the band.*local\.warmup\.max_steps"
+    ):
+        warm_start(build_model(local.model, tok, seed=1), tok, local, seed=1)
+    assert not list((tmp_path / "cache").rglob("model.safetensors"))
+
+
+def test_accuracy_jumping_past_the_band_is_an_error_naming_eval_every():
+    tok = build_tokenizer()
+    # one check after 300 steps: far past a band that ends at 0.05
+    local = _local(target_accuracy=(0.01, 0.05), eval_every=300, max_steps=300)
+    with pytest.raises(WarmupError, match=r"jumped past the band.*local\.warmup\.eval_every"):
+        warm_start(build_model(local.model, tok, seed=1), tok, local, seed=1)
+
+
+def test_fixed_step_warmup_records_its_steps():
+    tok = build_tokenizer()
+    local = _local(steps=7)
+    info = warm_start(build_model(local.model, tok, seed=1), tok, local, seed=1)
+    assert info["steps"] == 7 and info["accuracy"] is None
+    assert warmup_metrics(info) == {"warmup/steps": 7.0}
+
+
+def test_cache_key_follows_every_warmup_setting():
+    vocab = build_tokenizer().get_vocab()
+    base = warmup_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab)
+    assert warmup_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab) == base
+    for change in (
+        {"target_accuracy": (0.3, 0.6)},
+        {"eval_every": 5},
+        {"max_steps": 99},
+        {"eval_size": 64},
+        {"target_accuracy": None},
+    ):
+        assert warmup_key(_local(**{"target_accuracy": (0.2, 0.6), **change}), 1, vocab) != base
+    assert warmup_key(_local(target_accuracy=(0.2, 0.6)), 2, vocab) != base
+
+
+@pytest.mark.parametrize("band", [(0.0, 0.5), (0.6, 0.5), (0.2, 1.5)])
+def test_bad_band_is_refused(band):
+    with pytest.raises(ValidationError, match="target_accuracy"):
+        WarmupConfig(target_accuracy=band)
+
+
+def test_warmup_metrics_of_a_band_warmup():
+    assert warmup_metrics({"steps": 120, "accuracy": 0.25}) == {
+        "warmup/steps": 120.0,
+        "warmup/accuracy": 0.25,
+    }
+    assert warmup_metrics(None) == {}
