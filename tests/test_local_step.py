@@ -58,8 +58,9 @@ def test_one_step_metrics_by_precision(name, tmp_path, monkeypatch):
     for key in ("train/loss", "train/entropy", "train/token_mult_prob_error", "train/clip_frac"):
         assert math.isfinite(m[key])
     assert m["timing/train/policy_training"] > 0 and m["timing/train/logprobs"] > 0
-    # FP8 rollouts against an FP8 trainer disagree a little; BF16 against BF16 hardly at all
-    assert (m["train/gen_kl_error"] > 1e-6) == fp8
+    # FP8 rollouts against an FP8 trainer disagree a little (measured 2.6e-5 on this first step);
+    # BF16 against BF16 only by the rounding of different batch shapes (measured 1.0e-6)
+    assert (m["train/gen_kl_error"] > 5e-6) == fp8
     if fp8:  # step 0 is a calibration step: shadow BF16 passes ran and were measured
         assert m["timing/train/shadow"] > 0
         assert 0 < m["train/prob_nmae"] < 0.2 and m["train/ratio_amplification"] > 0
