@@ -115,7 +115,8 @@ def test_run_paths_are_derived_not_written(tmp_path):
     assert recipe.config["logger"]["wandb"]["name"] == "grpo-tiny-qwen3-cpu-bf16"
     lines = bad(tmp_path, TINY_BF16, "logger:\n  log_dir: /tmp/mine\n")
     assert any(
-        "logger.log_dir: set by hand, but it is derived from the recipe name" in line
+        "logger.log_dir: is derived from the recipe name and --run-dir, not set by hand" in line
+        and "remove it; use --run-dir" in line
         for line in lines
     )
 

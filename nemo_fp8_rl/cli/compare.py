@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+
 _RUN_FILES = ("metrics.jsonl",)
 
 
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     from nemo_fp8_rl.compare import DEFAULT_TOLERANCE_POINTS
     from nemo_fp8_rl.runs import RunReadError
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="nemo_fp8_rl.compare",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -197,13 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def entry() -> None:
-    """Console script: exit with `main`'s code (it reports recipe and run errors itself)."""
-    try:
-        code = main(None)
-    except KeyboardInterrupt:
-        code = 130
-    sys.exit(code)
+entry = run_main(main)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
-from nemo_fp8_rl.cli.common import run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
 
 
@@ -54,7 +53,7 @@ def cmd_validate(refs: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nemo_fp8_rl.recipes", description=__doc__)
+    parser = ArgumentParser(prog="nemo_fp8_rl.recipes", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list", help="every recipe with model, cluster, precision and calibration")
     show = sub.add_parser("show", help="print the resolved recipe as YAML")

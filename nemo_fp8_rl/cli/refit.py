@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from nemo_fp8_rl.cli.common import run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 
 _QUANT = {"block": "fp8_per_block", "tensor": "fp8_per_tensor", "channel": "compressed-tensors"}
 
@@ -72,7 +72,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` and run the subcommand; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="nemo_fp8_rl.refit", description=__doc__)
+    parser = ArgumentParser(prog="nemo_fp8_rl.refit", description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
     exp = sub.add_parser("export", help="convert a BF16 HF checkpoint to the engine's FP8 layout")
     exp.add_argument(

@@ -24,7 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import add_recipe_args, run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.rundir import RunDirError
 from nemo_fp8_rl.seeds import SeedSpecError
@@ -46,7 +46,7 @@ _JOB_COMMANDS = ("status", "logs", "cancel")
 
 
 def _submit_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="nemo_fp8_rl.submit",
         description="Submit a recipe as a Slurm job (Ray head + workers, then training). "
         "Also: nemo_fp8_rl.submit status|logs|cancel JOB.",
@@ -129,7 +129,7 @@ def run_submit_eval(args: argparse.Namespace) -> int:
 
 
 def _job_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="nemo_fp8_rl.submit", description="Look after a Slurm job.")
+    p = ArgumentParser(prog="nemo_fp8_rl.submit", description="Look after a Slurm job.")
     p.add_argument("command", choices=_JOB_COMMANDS)
     p.add_argument("job_id", help="the job id printed at submission")
     p.add_argument("--ray", action="store_true", help="logs: also print the Ray head/worker logs")

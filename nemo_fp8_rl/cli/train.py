@@ -10,10 +10,9 @@ with every problem located if it fails); see `engines/nemo/preflight.py`.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import add_recipe_args, run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config import Recipe, load_recipe
 
@@ -43,7 +42,7 @@ def choose_engine(recipe: Recipe, requested: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="nemo_fp8_rl.train", description=__doc__)
+    parser = ArgumentParser(prog="nemo_fp8_rl.train", description=__doc__)
     add_recipe_args(parser)
     parser.add_argument("--engine", choices=("auto", "local", "nemo"), default="auto")
     parser.add_argument("--run-dir", type=Path, help="output folder (default: runs/<recipe name>)")

@@ -13,44 +13,19 @@ Every leaf key remembers the file (or "override") that last set it.
 from __future__ import annotations
 
 import copy
-import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
+
+__all__ = ["apply_overrides", "leaf_sources", "load_chain", "load_parents", "merge", "parse_yaml"]
+
+# Deeper `defaults:` chains are refused (real ones are 3-5 files; each level costs a merge).
+MAX_CHAIN_DEPTH = 32
 
 Provenance = dict[str, str]
-
-
-class _Loader(yaml.SafeLoader):
-    """YAML 1.2-style floats: `1e-6` and `5.0e-7` load as floats, not strings (PyYAML is YAML 1.1)."""
-
-
-_Loader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
-        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
-        |\.[0-9_]+(?:[eE][-+][0-9]+)?
-        |[-+]?\.(?:inf|Inf|INF)
-        |\.(?:nan|NaN|NAN))$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def parse_yaml(text: str, where: str = "<string>") -> Any:
-    """Parse YAML text with the project's loader; a syntax error names the file and line."""
-    try:
-        return yaml.load(text, Loader=_Loader)
-    except yaml.YAMLError as exc:
-        raise RecipeError(
-            where, [ConfigIssue("<file>", f"invalid YAML: {exc}", "fix the syntax", where)]
-        ) from exc
 
 
 def read_yaml(path: Path) -> dict:
@@ -65,7 +40,7 @@ def read_yaml(path: Path) -> dict:
 
 @lru_cache(maxsize=256)
 def _read_cached(path: str, mtime_ns: int, size: int) -> dict:
-    data = parse_yaml(Path(path).read_text(), path)
+    data = parse_yaml(read_text(Path(path)), path)
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -99,6 +74,7 @@ def merge(
 def _merge_into(
     out: dict, prov: Provenance, update: dict, update_prov: Provenance, prefix: str
 ) -> None:
+    """Merge in place; provenance is updated by walking only the replaced subtrees (linear)."""
     for key, value in update.items():
         path = f"{prefix}{key}"
         replace = isinstance(value, dict) and value.get("_override_") is True
@@ -107,10 +83,13 @@ def _merge_into(
             continue
         if replace:
             value = {k: v for k, v in value.items() if k != "_override_"}
-        for stale in [k for k in prov if k == path or k.startswith(path + ".")]:
-            del prov[stale]
+        if key in out:
+            for stale in leaf_sources(out[key], "", f"{path}."):
+                prov.pop(stale, None)
         out[key] = copy.deepcopy(value)
-        prov.update({k: v for k, v in update_prov.items() if k == path or k.startswith(path + ".")})
+        for leaf in leaf_sources(value, "", f"{path}."):
+            if leaf in update_prov:
+                prov[leaf] = update_prov[leaf]
 
 
 def load_chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provenance]:
@@ -132,10 +111,16 @@ def load_parents(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provena
                 )
             ],
         )
+    if len(seen) >= MAX_CHAIN_DEPTH:
+        issue = ConfigIssue(
+            "defaults",
+            f"defaults chain deeper than {MAX_CHAIN_DEPTH} files (from {seen[0].name})",
+            "point the recipe at configs/ parents directly; a chain is a few files deep",
+            str(path),
+        )
+        raise RecipeError(str(seen[0]), [issue])
     data = read_yaml(path)
-    parents = data.pop("defaults", None) or []
-    if isinstance(parents, str):
-        parents = [parents]
+    parents = _parent_list(data.pop("defaults", None), path)
     merged: dict = {}
     prov: Provenance = {}
     for parent in parents:
@@ -151,6 +136,23 @@ def load_parents(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provena
         pdata, pprov = load_chain(parent_path, (*seen, path))
         merged, prov = merge(merged, prov, pdata, pprov)
     return merged, prov, data
+
+
+def _parent_list(parents: Any, path: Path) -> list[str]:
+    """`defaults:` as a list of paths: one string, a list of strings, or nothing."""
+    if parents is None:
+        return []
+    if isinstance(parents, str):
+        parents = [parents]
+    if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
+        issue = ConfigIssue(
+            "defaults",
+            f"expected a path or a list of paths, got {parents!r}",
+            "write `defaults: ../../configs/base/grpo.yaml` or a list of such paths",
+            str(path),
+        )
+        raise RecipeError(str(path), [issue])
+    return parents
 
 
 def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> list[ConfigIssue]:

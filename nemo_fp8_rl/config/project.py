@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class CalibrationConfig(_Section):
@@ -98,8 +98,8 @@ class TaskConfig(_Section):
     name: Literal["addition"] = "addition"
     digits: int = Field(2, ge=1, le=6)
     num_validation: int = Field(256, ge=1)
-    train_seed: int = 1
-    validation_seed: int = 1234
+    train_seed: int = Field(1, ge=0, lt=2**32)
+    validation_seed: int = Field(1234, ge=0, lt=2**32)
 
 
 class WarmupConfig(_Section):
@@ -161,10 +161,24 @@ class SlurmConfig(_Section):
     time: str = "04:00:00"
     container: str | None = None
     mounts: list[str] = []
-    env: dict[str, str] = {}
+    env: dict[str, str | int | float] = {}
     setup_command: str | None = None
     gres_per_node: str | None = Field(
         None, description="e.g. 'gpu:8'; derived from cluster.gpus_per_node when null"
     )
     extra_sbatch_args: list[str] = []
     exclusive: bool = True
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, env: object) -> object:
+        """Numbers are written as strings (`OMP_NUM_THREADS: 8`); booleans and nested values are
+        refused, since `true` would become the string `True`."""
+        if isinstance(env, dict):
+            for name, value in env.items():
+                if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+                    raise ValueError(
+                        f"slurm.env.{name}: {value!r} is not a string or number; quote it, "
+                        f"e.g. {name}: '{str(value).lower()}'"
+                    )
+        return env

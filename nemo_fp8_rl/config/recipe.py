@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import is_missing, lookup, resolve_all
 from nemo_fp8_rl.config.loader import apply_overrides, load_chain
 from nemo_fp8_rl.config.rules import check_rules
-from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values
+from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values, source_of
 
 
 def project_root() -> Path:
@@ -123,29 +123,35 @@ def load_recipe(
     """Load `ref` with its defaults chain and overrides, derive paths, validate; all problems at once."""
     path = resolve_ref(ref).resolve()
     config, prov = load_chain(path)
-    issues = [
-        ConfigIssue(
-            key,
-            "set by hand, but it is derived from the recipe name",
-            "remove it (use --run-dir to move outputs)",
-            prov[key],
-        )
-        for key in DERIVED
-        if key in prov
-    ]
-    issues += apply_overrides(config, list(overrides), prov)
+    issues = apply_overrides(config, list(overrides), prov)
+    issues += [_derived_issue(key, prov[key]) for key in DERIVED if key in prov]
     name = path.stem
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / name
     _derive(config, prov, name, run_dir)
     resolved, interp_issues = resolve_all(config)
-    issues += interp_issues
-    issues += check_keys(resolved, _resolved_base(), prov)
+    issues += [replace(i, source=source_of(prov, i.key)) for i in interp_issues]
+    key_issues = check_keys(resolved, _resolved_base(), prov)
+    issues += key_issues
     issues += check_values(resolved, prov)
-    if not interp_issues:
-        issues += check_rules(resolved, prov)
+    if not interp_issues and not any(i.problem.startswith("expected ") for i in key_issues):
+        issues += check_rules(resolved, prov)  # rules read typed values only
     if issues:
         raise RecipeError(str(path), issues)
     return Recipe(name=name, path=path, config=resolved, provenance=prov, run_dir=run_dir)
+
+
+def _derived_issue(key: str, source: str) -> ConfigIssue:
+    """A derived key set by hand: say it is derived and what to use instead."""
+    fix = (
+        "the run name is the recipe file's name: copy the recipe to a new file to rename the run"
+        if key == "logger.wandb.name"
+        else "use --run-dir DIR to move the run's outputs (logs and checkpoints go under it)"
+    )
+    if source != "override":
+        fix = f"remove it; {fix}"
+    return ConfigIssue(
+        key, "is derived from the recipe name and --run-dir, not set by hand", fix, source
+    )
 
 
 def _derive(config: dict, prov: dict[str, str], name: str, run_dir: Path) -> None:

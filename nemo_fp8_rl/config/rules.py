@@ -322,6 +322,45 @@ def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[ConfigIss
     return out
 
 
+def parallel_sizes_divide_cluster(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """Model-parallel groups tile the GPUs: TP x PP x CP (Megatron) and TP x PP (vLLM) must divide
+    num_nodes x gpus_per_node (colocated generation shares the training GPUs)."""
+    gpus = _get(config, "cluster.gpus_per_node", 0)
+    world = gpus * _get(config, "cluster.num_nodes", 1)
+    if not gpus or not _get(config, "policy.generation.colocated.enabled", True):
+        return []
+    groups = []
+    if _get(config, f"{MCORE}.enabled"):
+        keys = (
+            "tensor_model_parallel_size",
+            "pipeline_model_parallel_size",
+            "context_parallel_size",
+        )
+        groups.append((f"{MCORE}.{keys[0]}", [f"{MCORE}.{k}" for k in keys], "Megatron"))
+    if _get(config, "policy.generation.backend") == "vllm":
+        keys = ("tensor_parallel_size", "pipeline_parallel_size")
+        groups.append((f"{VLLM}.{keys[0]}", [f"{VLLM}.{k}" for k in keys], "vLLM"))
+    out = []
+    for key, keys, who in groups:
+        sizes = [_get(config, k, 1) or 1 for k in keys]
+        size = sizes[0] * sizes[1] * (sizes[2] if len(sizes) > 2 else 1)
+        if world % size:
+            shown = " x ".join(
+                f"{k.rsplit('.', 1)[1]}={v}" for k, v in zip(keys, sizes, strict=True)
+            )
+            fits = [d for d in range(1, world + 1) if world % d == 0]
+            out.append(
+                _issue(
+                    prov,
+                    key,
+                    f"{who} model-parallel group of {size} GPUs ({shown}) does not divide the "
+                    f"cluster's {world} GPUs (num_nodes x gpus_per_node)",
+                    f"choose sizes whose product is one of {fits}",
+                )
+            )
+    return out
+
+
 def model_named(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     """Every recipe names its model."""
     if not _get(config, "policy.model_name"):
@@ -346,9 +385,26 @@ RULES: tuple[Rule, ...] = (
     importance_sampling_settings,
     tensor_parallel_batches,
     cpu_supported_features,
+    parallel_sizes_divide_cluster,
 )
 
 
 def check_rules(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
-    """Run every cross-field rule."""
-    return [issue for rule in RULES for issue in rule(config, prov)]
+    """Run every cross-field rule. Rules read typed values; the caller runs them only when the
+    type checks passed, and a rule that still meets a value it cannot compare is reported as an
+    issue naming what it checks, never as a traceback."""
+    out: list[ConfigIssue] = []
+    for rule in RULES:
+        try:
+            out += rule(config, prov)
+        except (TypeError, ValueError, ZeroDivisionError) as exc:
+            what = (rule.__doc__ or rule.__name__).split("\n")[0].rstrip(".")
+            out.append(
+                ConfigIssue(
+                    "<rules>",
+                    f"cannot check '{what}': a value it reads has the wrong type ({exc})",
+                    "fix the types of the keys it names (see the other problems)",
+                    "config",
+                )
+            )
+    return out

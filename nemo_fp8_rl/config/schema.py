@@ -10,6 +10,7 @@ are in `RANGES`/`CHOICES`. Project-owned sections are validated by their pydanti
 from __future__ import annotations
 
 import difflib
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -54,7 +55,35 @@ def _gt(lo: float) -> Callable[[float], bool]:
     return lambda v: v > lo
 
 
+def _top_k(v: Any) -> bool:
+    """NeMo RL's vLLM check: None or -1 disable top-k filtering, otherwise >= 1 (0 is refused)."""
+    return v is None or v == -1 or v >= 1
+
+
+# Keys whose base value is null but which hold a number (or null) when set.
+NULLABLE: dict[str, tuple[type, ...]] = {
+    "grpo.advantage_clip_low": (int, float),
+    "grpo.advantage_clip_high": (int, float),
+    "grpo.stop_at_validation_threshold": (int, float),
+    "grpo.reward_shaping.stop_properly_penalty_coef": (int, float),
+    "grpo.seq_logprob_error_threshold": (int, float),
+    "grpo.invalid_tool_call_advantage": (int, float),
+    "grpo.malformed_thinking_advantage": (int, float),
+    "loss_fn.ratio_clip_c": (int, float),
+    "loss_fn.truncated_importance_sampling_ratio_min": (int, float),
+    "policy.logprob_chunk_size": (int,),
+    "policy.generation.top_k": (int,),
+    "policy.generation.val_top_k": (int,),
+    "policy.megatron_cfg.num_layers_in_first_pipeline_stage": (int,),
+    "policy.megatron_cfg.num_layers_in_last_pipeline_stage": (int,),
+    "policy.generation.colocated.resources.gpus_per_node": (int,),
+    "policy.generation.colocated.resources.num_nodes": (int,),
+}
+# Seeds: NeMo RL's `set_seed` seeds numpy, which takes 0 <= seed < 2**32.
+SEED_LIMIT = 2**32
+
 RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "grpo.seed": (lambda v: 0 <= v < SEED_LIMIT, "in [0, 2**32) (NeMo RL seeds numpy with it)"),
     "grpo.num_prompts_per_step": (_ge(1), ">= 1"),
     "grpo.num_generations_per_prompt": (_ge(2), ">= 2 (group advantages need two samples)"),
     "grpo.max_num_steps": (_ge(1), ">= 1"),
@@ -66,6 +95,10 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "policy.generation.max_new_tokens": (_ge(1), ">= 1"),
     "policy.generation.temperature": (_gt(0), "> 0"),
     "policy.generation.top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "policy.generation.val_temperature": (_gt(0), "> 0"),
+    "policy.generation.val_top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "policy.generation.top_k": (_top_k, "-1 or null (no top-k filtering) or >= 1"),
+    "policy.generation.val_top_k": (_top_k, "-1 or null (no top-k filtering) or >= 1"),
     "policy.generation.vllm_cfg.gpu_memory_utilization": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "policy.megatron_cfg.optimizer.lr": (_gt(0), "> 0"),
     "policy.megatron_cfg.optimizer.min_lr": (_ge(0), ">= 0"),
@@ -114,6 +147,7 @@ def _check_node(
             continue
         expected = base[key]
         if expected is None:
+            _check_nullable(path, value, prov, issues)
             continue
         if isinstance(expected, dict) and isinstance(value, dict):
             _check_node(value, expected, f"{path}.", prov, issues)
@@ -126,6 +160,36 @@ def _check_node(
                     source_of(prov, path),
                 )
             )
+        elif isinstance(value, float) and not math.isfinite(value):
+            issues.append(_not_finite(path, value, expected, prov))
+
+
+def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> ConfigIssue:
+    return ConfigIssue(
+        path,
+        f"expected a finite number, got {value!r}",
+        f"set a finite number like {example!r}",
+        source_of(prov, path),
+    )
+
+
+def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
+    """Keys whose base value is null: a number (or null) where NULLABLE says so."""
+    kinds = NULLABLE.get(path)
+    if kinds is None or value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        name = "integer" if kinds == (int,) else "number"
+        issues.append(
+            ConfigIssue(
+                path,
+                f"expected {name} or null, got {_type_name(value)} ({value!r})",
+                f"set a {name}, or null to leave it unset",
+                source_of(prov, path),
+            )
+        )
+    elif isinstance(value, float) and not math.isfinite(value):
+        issues.append(_not_finite(path, value, 1.0, prov))
 
 
 def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> ConfigIssue:
@@ -181,7 +245,12 @@ def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     issues: list[ConfigIssue] = []
     for key, (ok, text) in RANGES.items():
         value = lookup(config, key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not ok(value):
+        if (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and not ok(value)
+        ):
             issues.append(
                 ConfigIssue(
                     key,

@@ -1,0 +1,195 @@
+"""Safe YAML for recipes: bounded in size, nesting and alias expansion; duplicate keys refused.
+
+PyYAML alone keeps the last of two equal keys (so a repeated section silently replaces the first),
+expands aliases into shared objects that every later walk visits again (a few lines of `&a`/`*a`
+become billions of nodes: the "billion laughs" bomb), and recurses once per nesting level. Here a
+file is refused, with its name and line, when it is not UTF-8 text, is larger than
+`MAX_FILE_BYTES`, repeats a key in one mapping, nests deeper than `MAX_DEPTH`, or expands
+(aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
+a number, not a string as in YAML 1.1). Parsing uses libyaml when PyYAML has it (linear time).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import ConstructorError
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+
+MAX_FILE_BYTES = 16 * 2**20
+MAX_DEPTH = 64
+MAX_NODES = 2_000_000
+
+
+class _Refused(yaml.YAMLError):
+    """A YAML document this loader will not build; `fix` says what to change."""
+
+    def __init__(self, problem: str, fix: str, mark: Any = None) -> None:
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        super().__init__(f"{problem}{where}")
+        self.fix = fix
+
+
+_BASE = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser when installed
+
+
+class _Loader(_BASE):  # type: ignore[misc, valid-type]
+    """SafeLoader with YAML 1.2 floats, duplicate-key refusal and bounded alias expansion."""
+
+    def get_single_node(self) -> Node | None:
+        node = super().get_single_node()
+        _check_expansion(node)
+        return node
+
+    def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.get(key)
+            except TypeError as exc:
+                raise ConstructorError(
+                    None, None, "a mapping key must be a scalar", key_node.start_mark
+                ) from exc
+            if first is not None:
+                raise _Refused(
+                    f"duplicate key {key!r} (first set at line {first})",
+                    "keep one of them; YAML would silently use the last",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+        |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+        |\.[0-9_]+(?:[eE][-+][0-9]+)?
+        |[-+]?\.(?:inf|Inf|INF)
+        |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _check_expansion(root: Node | None) -> None:
+    """Refuse a node graph taller than MAX_DEPTH or expanding to more than MAX_NODES nodes.
+
+    size(n) = 1 + sum(size(child)) and height(n) = 1 + max(height(child)), aliases counted as
+    full copies, computed once per distinct node (iteratively: time and memory linear in the file).
+    """
+    if root is None:
+        return
+    done: dict[int, tuple[int, int]] = {}
+    active: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, finished = stack.pop()
+        key, kids = id(node), _children(node)
+        if finished:
+            active.discard(key)
+            size = 1 + sum(done[id(c)][0] for c in kids)
+            height = 1 + max((done[id(c)][1] for c in kids), default=0)
+            if size > MAX_NODES:
+                raise _Refused(
+                    f"aliases expand to more than {MAX_NODES:,} values",
+                    "write the values out instead of nesting aliases",
+                    node.start_mark,
+                )
+            if height > MAX_DEPTH:
+                raise _Refused(
+                    f"nested deeper than {MAX_DEPTH} levels",
+                    "flatten the structure; a recipe is a few levels deep",
+                    node.start_mark,
+                )
+            done[key] = (size, height)
+            continue
+        if key in done:
+            continue
+        if key in active:
+            raise _Refused("recursive alias", "remove the alias to its own parent", node.start_mark)
+        active.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in kids if id(child) not in done)
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def parse_yaml(text: str, where: str = "<string>") -> Any:
+    """Parse YAML text with the project's loader; a problem names the file, line and fix."""
+    try:
+        return yaml.load(text, Loader=_Loader)
+    except _Refused as exc:
+        raise RecipeError(where, [ConfigIssue("<file>", str(exc), exc.fix, where)]) from exc
+    except yaml.YAMLError as exc:
+        problem = " ".join(str(exc).split())
+        raise RecipeError(
+            where, [ConfigIssue("<file>", f"invalid YAML: {problem}", "fix the syntax", where)]
+        ) from exc
+    except RecursionError as exc:
+        raise RecipeError(
+            where,
+            [ConfigIssue("<file>", "nested too deeply to parse", "flatten the structure", where)],
+        ) from exc
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a recipe or config file; a folder, a huge or a binary file is refused."""
+    where = str(path)
+    if path.is_dir():
+        raise RecipeError(
+            where, [ConfigIssue("<file>", "is a folder", "give a .yaml recipe file", where)]
+        )
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise RecipeError(
+                where,
+                [
+                    ConfigIssue(
+                        "<file>",
+                        f"{size:,} bytes, larger than the {MAX_FILE_BYTES:,} a recipe may have",
+                        "give a recipe file (a few KB of YAML)",
+                        where,
+                    )
+                ],
+            )
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RecipeError(
+            where, [ConfigIssue("<file>", f"cannot read: {exc.strerror}", "check the path", where)]
+        ) from exc
+    try:
+        if b"\x00" in data:
+            raise UnicodeDecodeError(
+                "utf-8", data, data.index(b"\x00"), data.index(b"\x00") + 1, "NUL byte"
+            )
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            where,
+            [
+                ConfigIssue(
+                    "<file>",
+                    f"not a text file ({exc.reason} at byte {exc.start})",
+                    "give a UTF-8 YAML recipe; remove binary files from recipes/",
+                    where,
+                )
+            ],
+        ) from exc
