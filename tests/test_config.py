@@ -184,6 +184,11 @@ RULE_CASES = {
         "policy:\n  dtensor_cfg:\n    enabled: true\n",
         "policy.generation.vllm_cfg.kv_cache_dtype: FP8 KV cache needs the Megatron training backend",
     ),
+    "parallel_sizes_divide_cluster": (
+        QWEN_FP8,
+        "policy:\n  megatron_cfg:\n    tensor_model_parallel_size: 3\n",
+        "policy.megatron_cfg.tensor_model_parallel_size: Megatron model-parallel group of 3 GPUs (tensor_model_parallel_size=3 x pipeline_model_parallel_size=1 x context_parallel_size=1) does not divide the cluster's 8 GPUs",
+    ),
     "fp8_training_needs_megatron": (
         ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-1n8g-fp8-uncalibrated.yaml",
         "policy:\n  megatron_cfg:\n    enabled: false\n",
@@ -216,8 +221,8 @@ RULE_CASES = {
     ),
     "tis_needs_ratio": (
         TINY_BF16,
-        "loss_fn:\n  truncated_importance_sampling_ratio: null\n",
-        "loss_fn.truncated_importance_sampling_ratio: tis needs a positive truncation ratio, got None",
+        "loss_fn:\n  truncated_importance_sampling_ratio: 0.0\n",
+        "loss_fn.truncated_importance_sampling_ratio: tis needs a positive truncation ratio, got 0.0",
     ),
     "icepop_needs_min": (
         TINY_BF16,
@@ -277,5 +282,6 @@ def test_every_rule_is_exercised():
         "tensor_parallel_batches",
         "cpu_supported_features",
         "model_named",
+        "parallel_sizes_divide_cluster",
     }
     assert {rule.__name__ for rule in RULES} == covered
