@@ -1,5 +1,12 @@
 """The run directory, for every engine: the resolved recipe and environment saved with the run,
-and a guard that refuses to overwrite a different recipe's run."""
+and a guard so that nothing is destroyed by accident.
+
+`check_owner` runs before anything is written. It refuses a path that is a file, `/` or the home
+folder; a non-empty folder that holds no run (only `slurm/`, the job files `nemo_fp8_rl.submit`
+writes, may be there); a run of another recipe; and a run of this recipe unless the user said
+what to do with it: `--resume` continues it (same settings up to `RESUMABLE_KEYS`),
+`--overwrite` starts it again.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from nemo_fp8_rl.errors import UsageError
+
 # Keys that may differ between a run and its resumption (run length, logging, output places).
 RESUMABLE_KEYS = (
     "grpo.max_num_steps",
@@ -28,8 +37,15 @@ RESUMABLE_KEYS = (
 )
 
 
-class RunDirError(RuntimeError):
-    """The run directory holds something this run must not overwrite."""
+class RunDirError(UsageError):
+    """The run directory holds something this run must not overwrite (exit code 2)."""
+
+    def __init__(self, where: Path | str, what: str, fix: str) -> None:
+        super().__init__(where, f"{what}; nothing was written", fix)
+
+
+# Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes.
+_PRE_RUN = {"slurm"}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -58,36 +74,99 @@ def _json_roundtrip(config: dict) -> dict:
     return yaml.safe_load(yaml.safe_dump(config, sort_keys=False))
 
 
-def check_owner(run_dir: Path, config: dict) -> None:
-    """Refuse a `run_dir` that holds a run of another recipe (or of this recipe with different
-    settings), or outputs with no `recipe.yaml` to check against; the message lists the
-    differences and how to proceed. Nothing is written."""
-    saved_path = run_dir / "recipe.yaml"
-    if saved_path.exists():
-        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
-        diffs = config_differences(saved, _json_roundtrip(config))
-        if diffs:
-            saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
-            shown = "\n  ".join(diffs[:20]) + ("\n  ..." if len(diffs) > 20 else "")
+def check_owner(
+    run_dir: Path, config: dict, *, resume: bool = False, overwrite: bool = False
+) -> None:
+    """Refuse a `run_dir` this run must not write into (see the module docstring); writes nothing."""
+    run_dir = Path(run_dir)
+    _check_place(run_dir)
+    if not run_dir.exists():
+        if resume:
             raise RunDirError(
-                f"{run_dir} already holds a run of recipe {saved_name!r} with different settings:"
-                f"\n  {shown}\nNothing was overwritten. Pass --run-dir to write elsewhere, or "
-                f"delete {run_dir} to start over."
+                run_dir, "--resume given but the folder does not exist", "drop --resume to start"
             )
-    elif any((run_dir / x).exists() for x in ("checkpoints", "metrics.jsonl", "logs")):
+        return
+    saved_path = run_dir / "recipe.yaml"
+    if not saved_path.exists():
+        entries = sorted(p.name for p in run_dir.iterdir())
+        if set(entries) - _PRE_RUN:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise RunDirError(
+                run_dir,
+                f"folder holds files that are not a run of this recipe ({shown})",
+                "pass --run-dir with a new or empty folder, or move those files away",
+            )
+        if resume:
+            raise RunDirError(run_dir, "--resume given but no run here yet", "drop --resume")
+        return
+    _check_saved(run_dir, saved_path, config, resume=resume, overwrite=overwrite)
+
+
+def _check_place(run_dir: Path) -> None:
+    """A run dir is a folder, and never `/` or the home folder."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(run_dir, "is a file, not a folder", "pass --run-dir with a folder path")
+    resolved = run_dir.resolve()
+    protected = {Path("/"), Path.home().resolve()}
+    if os.environ.get("HOME"):
+        protected.add(Path(os.environ["HOME"]).resolve())
+    if resolved in protected:
         raise RunDirError(
-            f"{run_dir} holds a run without a recipe.yaml, so it cannot be checked against this "
-            f"recipe; nothing was overwritten. Pass --run-dir to write elsewhere, or delete {run_dir}."
+            run_dir,
+            "is the root or home folder, which a run must not write into",
+            "pass --run-dir runs/<name> (any new folder)",
         )
 
 
-def prepare(run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool) -> None:
+def _check_saved(
+    run_dir: Path, saved_path: Path, config: dict, *, resume: bool, overwrite: bool
+) -> None:
+    """The folder holds a run: refuse another recipe's; this recipe's needs --resume or --overwrite."""
+    try:
+        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
+        saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
+        raise RunDirError(
+            saved_path,
+            f"cannot read the saved recipe ({type(exc).__name__})",
+            f"restore it, or pass --run-dir to write elsewhere (or delete {run_dir})",
+        ) from exc
+    name = config.get("logger", {}).get("wandb", {}).get("name")
+    if saved_name != name:
+        raise RunDirError(
+            run_dir,
+            f"folder holds a run of recipe {saved_name!r}, not {name!r}",
+            f"pass --run-dir to write elsewhere, or delete {run_dir} yourself",
+        )
+    if overwrite:
+        return
+    diffs = config_differences(saved, _json_roundtrip(config))
+    if diffs:
+        shown = "; ".join(diffs[:5]) + ("; ..." if len(diffs) > 5 else "")
+        raise RunDirError(
+            run_dir,
+            f"folder holds a run of {name!r} with different settings ({shown})",
+            "pass --run-dir to write elsewhere, or --overwrite to start this run over"
+            + (" (a resumed run keeps its settings)" if resume else ""),
+        )
+    if not resume:
+        raise RunDirError(
+            run_dir,
+            f"folder already holds a run of {name!r}",
+            "pass --resume to continue it, --overwrite to start it over, or --run-dir to "
+            "write elsewhere",
+        )
+
+
+def prepare(
+    run_dir: Path, config: dict, recipe_yaml: str, *, resume: bool, overwrite: bool = False
+) -> None:
     """`check_owner`, then clear a previous run of the same recipe unless resuming, and write
     `recipe_yaml` (the resolved recipe) as `recipe.yaml`."""
-    check_owner(run_dir, config)
+    check_owner(run_dir, config, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        for stale in ("checkpoints", "logs", "metrics.jsonl"):
+        for stale in ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json"):
             path = run_dir / stale
             if path.is_dir():
                 shutil.rmtree(path)

@@ -110,12 +110,12 @@ def test_run_dir_of_another_recipe_is_not_overwritten(tmp_path):
     fp8 = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8")
     rundir.prepare(tmp_path, bf16.config, bf16.to_yaml(), resume=False)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
-    with pytest.raises(rundir.RunDirError, match="fp8_cfg.enabled"):
+    with pytest.raises(rundir.RunDirError, match="holds a run of recipe 'grpo-tiny-qwen3-cpu-bf16'"):
         rundir.prepare(tmp_path, fp8.config, fp8.to_yaml(), resume=False)
     assert (tmp_path / "metrics.jsonl").exists()
     foreign = tmp_path / "foreign"
     (foreign / "checkpoints").mkdir(parents=True)
-    with pytest.raises(rundir.RunDirError, match="without a recipe.yaml"):
+    with pytest.raises(rundir.RunDirError, match="not a run of this recipe"):
         rundir.prepare(foreign, bf16.config, bf16.to_yaml(), resume=False)
     assert (foreign / "checkpoints").exists()
     longer = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16", ["grpo.max_num_steps=300"])

@@ -80,6 +80,8 @@ def test_run_dir_resume_rules(tmp_path) -> None:
     with pytest.raises(runner.EngineConfigError, match="pass --resume"):
         runner.prepare_run_dir(recipe, resume=False)
     assert runner.prepare_run_dir(recipe, resume=True) == run_dir
+    assert runner.prepare_run_dir(recipe, resume=False, overwrite=True) == run_dir
+    assert not (tmp_path / "r" / "checkpoints").exists()
 
 
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:
@@ -115,7 +117,9 @@ def test_run_dir_of_another_recipe_is_refused(tmp_path) -> None:
     fp8 = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", run_dir=tmp_path / "r")
     runner.prepare_run_dir(fp8, resume=False)
     bf16 = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-bf16", run_dir=tmp_path / "r")
-    with pytest.raises(runner.EngineConfigError, match="fp8_cfg.enabled: True -> False"):
+    with pytest.raises(
+        runner.EngineConfigError, match="holds a run of recipe 'grpo-qwen3-8b-base-1n8g-fp8'"
+    ):
         runner.prepare_run_dir(bf16, resume=False)
     saved = yaml.safe_load((tmp_path / "r" / "recipe.yaml").read_text())
     assert saved["policy"]["megatron_cfg"]["fp8_cfg"]["enabled"] is True  # not overwritten

@@ -24,6 +24,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from nemo_fp8_rl import rundir
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.rundir import RunDirError
@@ -62,6 +63,9 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
     p.add_argument(
         "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
+    )
+    p.add_argument(
+        "--overwrite", action="store_true", help="start over a run of this recipe in the run dir"
     )
     p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument(
@@ -180,6 +184,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "nodes": args.nodes,
         "resume": args.resume or None,
         "seeds": seeds,
+        "overwrite": args.overwrite or None,
     }
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
@@ -187,6 +192,10 @@ def run_submit(args: argparse.Namespace) -> int:
     if args.dry_run:
         sys.stdout.write(script)
         return 0
+    if not spec.is_array:  # array tasks' run dirs were checked per seed
+        rundir.check_owner(
+            spec.run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite
+        )
     refused = preflight_gate(recipe, skip=args.no_preflight)
     if refused is not None:
         return refused
@@ -216,7 +225,7 @@ def _check_seeds(recipe, args: argparse.Namespace) -> list[int]:
         run_dir = seed_run_dir(recipe.run_dir, seed)
         seeded = load_recipe(recipe.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
         if not args.resume:
-            check_owner(run_dir, seeded.config)
+            check_owner(run_dir, seeded.config, overwrite=args.overwrite)
     return seeds
 
 

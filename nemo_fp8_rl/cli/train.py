@@ -1,4 +1,4 @@
-"""`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--preflight] [--resume] [key=value ...]`.
+"""`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--preflight] [--resume | --overwrite] [key=value ...]`.
 
 With `--seeds 1-3 [--parallel N]` the recipe trains once per seed, each in `<run dir>/seed-<k>`
 (see `nemo_fp8_rl.cli.train_seeds`).
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
     )
     parser.add_argument(
+        "--overwrite", action="store_true", help="start over a run of this recipe in the run dir"
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="print the resolved recipe and the engine, run nothing",
@@ -64,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_seed_args(parser)
     args = parser.parse_intermixed_args(argv)
+    if args.resume and args.overwrite:
+        parser.error("--resume continues a run and --overwrite starts it over; give one")
     if args.seeds is not None:
         return main_seeds(args)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
@@ -87,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         from nemo_fp8_rl.engines.local import run
     else:
         from nemo_fp8_rl.engines.nemo import run
-    run_dir = run(recipe, resume=args.resume, progress=not args.no_progress)
+    run_dir = run(
+        recipe, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite
+    )
     print(f"run finished: {run_dir}")
     return 0
 

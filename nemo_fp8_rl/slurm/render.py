@@ -106,7 +106,7 @@ def settings(spec: JobSpec) -> list[str]:
         "PYTHON_BIN_DIR": str(spec.python_bin_dir or ""),
         "SETUP_COMMAND": spec.setup_command or "",
         "RAY_WAIT_TIMEOUT_S": str(spec.ray_wait_timeout_s),
-        "TRAIN_RESUME": "--resume" if spec.resume else "",
+        "TRAIN_RESUME": "--resume" if spec.resume else ("--overwrite" if spec.overwrite else ""),
         "EVAL_CHECKPOINT": spec.eval_checkpoint,
         "EVAL_SUITE": spec.eval_suite,
         "EVAL_DATA_DIR": spec.eval_data_dir,

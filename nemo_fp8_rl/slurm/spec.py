@@ -55,6 +55,7 @@ class JobSpec:
     eval_suite: str = ""
     eval_data_dir: str = ""
     seeds: tuple[int, ...] = ()
+    overwrite: bool = False
 
     @property
     def log_root(self) -> Path:
@@ -160,14 +161,21 @@ def build_job_spec(
 ) -> JobSpec:
     """A checked `JobSpec` from a loaded `Recipe`, its frozen copy and command-line flags.
 
-    Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`) override
-    the recipe's `slurm` section; a `seeds` flag (a list) makes the job an array, one task per
-    seed. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
+    Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`,
+    `overwrite`) override the recipe's `slurm` section; a `seeds` flag (a list) makes the job an
+    array, one task per seed. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
     more nodes than `cluster.num_nodes` (e.g. to spread the embedded engine's Ray actors over two
     nodes), never fewer. Without a container the job puts the submitting interpreter's directory
     first on PATH (`python_bin_dir`, default: this Python's).
     """
     cfg = dict(recipe.config.get("slurm") or {})
+    for name, value in (flags or {}).items():
+        if isinstance(value, str) and not value.strip():
+            flag = "--" + name.replace("_", "-")
+            raise JobSpecError(
+                f"{flag}: empty value. Fix: give a value, or leave {flag} out to use the "
+                f"recipe's slurm.{name} (or the default)"
+            )
     cfg.update({k: v for k, v in (flags or {}).items() if v is not None})
     cluster = recipe.config.get("cluster") or {}
     container = cfg.get("container")
@@ -197,6 +205,7 @@ def build_job_spec(
         eval_suite=_eval_value(cfg.get("eval_suite"), "--suite"),
         eval_data_dir=_eval_value(cfg.get("eval_data_dir"), "--data-dir"),
         seeds=_array_seeds(cfg.get("seeds") or ()),
+        overwrite=bool(cfg.get("overwrite", False)),
     )
     return check_paths(spec)
 

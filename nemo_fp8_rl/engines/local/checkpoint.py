@@ -4,10 +4,16 @@ A checkpoint is written into a temporary directory, fsynced, then renamed to `st
 then is `latest` replaced (write a temporary file, fsync, rename). A process killed at any
 moment therefore leaves `latest` naming a complete checkpoint (or no `latest` at all), and
 leftover temporary directories are ignored and cleaned up on the next save.
+
+Each checkpoint carries `manifest.json`: the recipe it belongs to, its step, and the size and
+SHA-256 of every file. `resume_point` verifies it before anything is loaded or written, and
+refuses, saying what to do, a missing `latest`, a checksum mismatch (bit flip, truncation),
+another recipe's checkpoint, or a run asked for fewer steps than it already completed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -17,8 +23,31 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.errors import UserError
+
 STATE_FILE = "state.pt"
 INFO_FILE = "info.json"
+MANIFEST_FILE = "manifest.json"
+
+
+class CheckpointError(UserError):
+    """A checkpoint cannot be resumed from; the message says which, why and what to do."""
+
+
+def _digest(path: Path) -> dict[str, Any]:
+    """Size and SHA-256 of one file (read in 1 MiB blocks)."""
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(2**20), b""):
+            h.update(block)
+    return {"bytes": path.stat().st_size, "sha256": h.hexdigest()}
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        json.dump(data, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _fsync_dir(path: Path) -> None:
@@ -44,10 +73,13 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
         torch.save(state, f)
         f.flush()
         os.fsync(f.fileno())
-    with (tmp / INFO_FILE).open("w", encoding="utf-8") as f:
-        json.dump({"step": step, **info}, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+    _write_json(tmp / INFO_FILE, {"step": step, **info})
+    manifest = {
+        "step": step,
+        "recipe": info.get("recipe"),
+        "files": {name: _digest(tmp / name) for name in (STATE_FILE, INFO_FILE)},
+    }
+    _write_json(tmp / MANIFEST_FILE, manifest)
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
@@ -72,13 +104,100 @@ def latest_checkpoint(root: Path) -> Path | None:
     pointer = root / "latest"
     if not pointer.exists():
         return None
-    path = root / pointer.read_text(encoding="utf-8").strip()
-    if not (path / STATE_FILE).exists() or not (path / INFO_FILE).exists():
-        raise FileNotFoundError(
-            f"{pointer} names {path.name}, which is incomplete or missing; remove {pointer} "
-            "to start over or restore that directory"
+    try:
+        name = pointer.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CheckpointError(
+            pointer, f"cannot read it ({exc})", _RESTORE.format(root=root)
+        ) from exc
+    path = root / name
+    if (
+        not name
+        or "/" in name
+        or not (path / STATE_FILE).exists()
+        or not (path / INFO_FILE).exists()
+    ):
+        raise CheckpointError(
+            pointer,
+            f"names {name!r}, which is incomplete or missing",
+            _RESTORE.format(root=root),
         )
     return path
+
+
+_RESTORE = (
+    "point it at a complete checkpoint (`ls {root}`; `echo step_N > {root}/latest`), or start "
+    "the run over with --overwrite instead of --resume"
+)
+
+
+def resume_point(root: Path, recipe: str, max_steps: int) -> Path:
+    """The verified checkpoint `--resume` continues from; a `CheckpointError` says what is wrong.
+
+    Refused: no checkpoint at all, `latest` missing or dangling, a manifest that is missing or
+    does not match the files (size or SHA-256), another recipe's checkpoint, and a checkpoint
+    that already completed more than `max_steps` steps.
+    """
+    steps = sorted(root.glob("step_*")) if root.is_dir() else []
+    if not (root / "latest").exists():
+        if not steps:
+            raise CheckpointError(
+                root,
+                "--resume given but the run has no checkpoint",
+                "run without --resume (add --overwrite to start the run over)",
+            )
+        raise CheckpointError(
+            root / "latest",
+            f"missing, so the newest checkpoint is unknown ({', '.join(p.name for p in steps)} present)",
+            _RESTORE.format(root=root),
+        )
+    path = latest_checkpoint(root)
+    assert path is not None
+    verify_checkpoint(path)
+    manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+    if manifest.get("recipe") != recipe:
+        raise CheckpointError(
+            path,
+            f"belongs to recipe {manifest.get('recipe')!r}, not {recipe!r}",
+            "resume with the recipe that wrote it, or start this run over with --overwrite",
+        )
+    done = int(manifest["step"])
+    if done > max_steps:
+        raise CheckpointError(
+            path,
+            f"the run already completed {done} steps but grpo.max_num_steps is {max_steps}",
+            f"set grpo.max_num_steps={done} or more to continue it",
+            code=2,
+        )
+    return path
+
+
+def verify_checkpoint(path: Path) -> None:
+    """Check `path` against its manifest: every file present with its size and SHA-256."""
+    try:
+        manifest = json.loads((path / MANIFEST_FILE).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        int(manifest["step"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(
+            path / MANIFEST_FILE,
+            f"missing or unreadable ({type(exc).__name__}), so the checkpoint cannot be verified",
+            _RESTORE.format(root=path.parent),
+        ) from exc
+    for name, want in files.items():
+        file = path / name
+        got = _digest(file) if file.is_file() else None
+        if got != want:
+            what = (
+                "missing"
+                if got is None
+                else (
+                    f"{got['bytes']} bytes, expected {want.get('bytes')} (truncated?)"
+                    if got["bytes"] != want.get("bytes")
+                    else "fails its SHA-256 checksum (corrupted)"
+                )
+            )
+            raise CheckpointError(file, what, _RESTORE.format(root=path.parent))
 
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

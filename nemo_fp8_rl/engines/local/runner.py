@@ -144,11 +144,8 @@ class Loop:
             self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), "validation/accuracy"
         )
 
-    def resume(self) -> int:
-        """Load the latest checkpoint into the trainer; returns the completed step count."""
-        path = ckpt.latest_checkpoint(self.ckpt_root)
-        if path is None:
-            return 0
+    def resume(self, path: Path) -> int:
+        """Load the (verified) checkpoint at `path` into the trainer; returns its step count."""
         state, info = ckpt.load_checkpoint(path)
         ray.get(self.trainer.load_state_dict.remote(state["trainer"]))
         torch.set_rng_state(state["rng"])
@@ -156,9 +153,9 @@ class Loop:
         return int(info["step"])
 
     # ---- the run ---------------------------------------------------------------------------
-    def run(self, *, resume: bool, progress: bool) -> None:
-        """Run (or continue) the loop to `grpo.max_num_steps`."""
-        start = self.resume() if resume else 0
+    def run(self, *, resume_from: Path | None, progress: bool) -> None:
+        """Run (or continue, from checkpoint `resume_from`) the loop to `grpo.max_num_steps`."""
+        start = self.resume(resume_from) if resume_from is not None else 0
         self.refit()
         logger = MetricsLogger(
             self.run_dir,
@@ -187,12 +184,16 @@ class Loop:
             logger.close()
 
 
-def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+def run(
+    recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
+) -> Path:
     """Run a CPU recipe with the embedded engine; returns the run directory.
 
     The recipe must have `cluster.gpus_per_node: 0`; GPU-only features are reported with the
     key to change. The run directory gets `recipe.yaml`, `environment.json`, `model/`,
-    `metrics.jsonl`, `logs/tb/` and `checkpoints/`.
+    `metrics.jsonl`, `logs/tb/` and `checkpoints/`. Before anything is written the run dir is
+    checked (`rundir.check_owner`: --resume continues a run of this recipe, --overwrite starts
+    it over) and, on --resume, the checkpoint is verified (`checkpoint.resume_point`).
     """
     cfg = recipe.config
     precision.check_cpu_support(cfg, recipe.name)
@@ -200,7 +201,15 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
     torch.set_num_threads(local.num_threads)
     quiet_transformers()
     run_dir = Path(recipe.run_dir).resolve()
-    rundir.prepare(run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume)
+    rundir.check_owner(run_dir, cfg, resume=resume, overwrite=overwrite)
+    resume_from = (
+        ckpt.resume_point(run_dir / "checkpoints", recipe.name, cfg["grpo"]["max_num_steps"])
+        if resume
+        else None
+    )
+    rundir.prepare(
+        run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume, overwrite=overwrite
+    )
     t0 = time.perf_counter()
     started = start_ray()
     t_ray = time.perf_counter()
@@ -225,7 +234,7 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
         rundir.write_environment(run_dir, "local", extra)
         loop = Loop(recipe, run_dir, trainer, rollout)
         loop.start_metrics = warmup_metrics(model_info)
-        loop.run(resume=resume, progress=progress and local.progress)
+        loop.run(resume_from=resume_from, progress=progress and local.progress)
         extra["seconds"]["total"] = time.perf_counter() - t0
         rundir.write_environment(run_dir, "local", extra)
     finally:

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 __all__ = ["SUPPORTED", "HandoffError", "available", "detect", "run", "to_nemo_config"]
 
 
-def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+def run(
+    recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
+) -> Path:
     """Run `recipe` on NeMo RL; see `runner.run`."""
     from nemo_fp8_rl.engines.nemo.runner import run as _run
 
-    return _run(recipe, resume=resume, progress=progress)
+    return _run(recipe, resume=resume, progress=progress, overwrite=overwrite)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,22 +83,26 @@ def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
     return [] if gpu is None else gpu_precision_issues(cfg, gpu[0], gpu[1])
 
 
-def prepare_run_dir(recipe: Recipe, resume: bool) -> Path:
-    """Check resume vs existing checkpoints, then write recipe.yaml and the hand-off config."""
+def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
+    """Check the run dir (`rundir.check_owner`) and resume vs existing checkpoints, clear the old
+    run on --overwrite, then write recipe.yaml and the hand-off config."""
     run_dir = Path(recipe.run_dir)
+    try:
+        rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
+    except rundir.RunDirError as exc:
+        raise EngineConfigError(str(exc)) from exc
     ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
     existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
-    if existing and not resume:
+    if existing and not resume and not overwrite:
         raise EngineConfigError(
             f"{ckpt} already holds checkpoints ({existing[-1].name}); pass --resume to continue "
-            "that run, or --run-dir to start a new one"
+            "that run, --overwrite to start it over, or --run-dir to start a new one"
         )
     if resume and not existing:
         raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
-    try:
-        rundir.check_owner(run_dir, recipe.config)
-    except rundir.RunDirError as exc:
-        raise EngineConfigError(str(exc)) from exc
+    if overwrite and not resume:
+        for stale in (ckpt, Path(recipe.config["logger"]["log_dir"])):
+            shutil.rmtree(stale, ignore_errors=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write(run_dir / "recipe.yaml", recipe.to_yaml())
     write_handoff(recipe, run_dir)
@@ -264,7 +269,9 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
             policy_generation.shutdown()
 
 
-def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
+def run(
+    recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
+) -> Path:
     """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
 
     Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
@@ -278,7 +285,7 @@ def run(recipe: Recipe, *, resume: bool = False, progress: bool = True) -> Path:
             + "\n".join(f"  - {p}" for p in problems)
         )
     info = compat.require_supported()
-    run_dir = prepare_run_dir(recipe, resume)
+    run_dir = prepare_run_dir(recipe, resume, overwrite)
     write_environment(run_dir, info)
     export_package_path(run_dir)
     print(f"{info.describe()}; run dir {run_dir}", flush=True)
