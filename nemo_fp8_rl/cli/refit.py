@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.errors import UsageError, UserError
 
 _QUANT = {"block": "fp8_per_block", "tensor": "fp8_per_tensor", "channel": "compressed-tensors"}
 
@@ -24,7 +25,9 @@ def _base_config(args: argparse.Namespace) -> dict[str, Any]:
 
         config = load_recipe(args.recipe, args.overrides).config
     elif args.overrides:
-        raise SystemExit("error: key=value overrides need --recipe")
+        raise UsageError(
+            " ".join(args.overrides), "key=value overrides need --recipe", "add --recipe R"
+        )
     else:
         config = {}
     generation = config.setdefault("policy", {}).setdefault("generation", {})
@@ -59,6 +62,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         plan = convert_checkpoint(
             args.src, args.out, _base_config(args), shard_bytes=args.shard_size_mb * 2**20
         )
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
     except (FileNotFoundError, ValueError, RefitPlanError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -17,8 +17,10 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.names import hf_to_engine
 from nemo_fp8_rl.refit.plan import RefitPlan
+from nemo_fp8_rl.refit.safe_output import ExportError, check_target, write_swapped
 from nemo_fp8_rl.refit.stream import stream_refit
 
 NamedTensor = tuple[str, torch.Tensor]
@@ -87,17 +89,38 @@ def engine_config(config: Mapping[str, Any], plan: RefitPlan) -> dict[str, Any]:
     return result
 
 
+def _safetensors_files(src: Path) -> list[Path]:
+    files = sorted(Path(src).glob("*.safetensors"))
+    if not files:
+        raise ExportError(
+            src, "no *.safetensors files", "convert .bin checkpoints to safetensors first", 2
+        )
+    return files
+
+
+def _unreadable(file: Path, exc: Exception) -> ExportError:
+    return ExportError(
+        file,
+        f"not a readable safetensors file, truncated or corrupted ({exc})",
+        "re-save or re-download the checkpoint",
+    )
+
+
 def read_hf_checkpoint(src: str | Path) -> Iterator[NamedTensor]:
     """Stream the tensors of an HF safetensors checkpoint directory one at a time."""
     from safetensors import safe_open
 
-    files = sorted(Path(src).glob("*.safetensors"))
-    if not files:
-        raise FileNotFoundError(f"{src}: no *.safetensors files (convert .bin checkpoints first)")
-    for file in files:
-        with safe_open(file, framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 (safe_open is not a Mapping)
-                yield name, f.get_tensor(name)
+    for file in _safetensors_files(Path(src)):
+        try:
+            with safe_open(file, framework="pt") as f:
+                names = list(f.keys())
+                for name in names:
+                    tensor = f.get_tensor(name)
+                    yield name, tensor
+        except (ExportError, RefitError, GeneratorExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 (safetensors raises its own error type)
+            raise _unreadable(file, exc) from exc
 
 
 def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
@@ -105,11 +128,31 @@ def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
     from safetensors import safe_open
 
     shapes: dict[str, tuple[int, ...]] = {}
-    for file in sorted(Path(src).glob("*.safetensors")):
-        with safe_open(file, framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118
-                shapes[name] = tuple(f.get_slice(name).get_shape())
+    for file in _safetensors_files(Path(src)):
+        try:
+            with safe_open(file, framework="pt") as f:
+                for name in f.keys():  # noqa: SIM118
+                    shapes[name] = tuple(f.get_slice(name).get_shape())
+        except Exception as exc:  # noqa: BLE001 (safetensors raises its own error type)
+            raise _unreadable(file, exc) from exc
     return shapes
+
+
+def _read_config(src: Path) -> dict[str, Any]:
+    """The source's `config.json`: present, JSON, a BF16 (not yet quantized) model."""
+    config_path = src / "config.json"
+    if not config_path.is_file():
+        raise ExportError(src, "no config.json", "pass a Hugging Face checkpoint directory", 2)
+    try:
+        config = json.loads(config_path.read_text())
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ExportError(config_path, f"not valid JSON ({exc})", "restore the file", 2) from exc
+    if not isinstance(config, dict):
+        raise ExportError(config_path, "not a JSON object", "restore the file", 2)
+    if "quantization_config" in config:
+        method = (config["quantization_config"] or {}).get("quant_method")
+        raise ExportError(config_path, f"already quantized ({method})", "pass a BF16 checkpoint", 2)
+    return config
 
 
 def convert_checkpoint(
@@ -122,27 +165,40 @@ def convert_checkpoint(
     """Convert a BF16 HF checkpoint directory into the engine's FP8 layout; return the plan used.
 
     Tokenizer and generation files are copied; the plan comes from the recipe's NeMo RL keys
-    (`RefitPlan.from_config`, with shapes so misaligned fused modules stay BF16).
+    (`RefitPlan.from_config`, with shapes so misaligned fused modules stay BF16). The export is
+    built beside `out_dir` and swapped in only when complete and verified (`safe_output`); an
+    `ExportError` names the file and what to do, and leaves `out_dir` as it was.
     """
     src, out = Path(src), Path(out_dir)
-    config_path = src / "config.json"
-    if not config_path.is_file():
-        raise FileNotFoundError(f"{src}: no config.json; pass a Hugging Face checkpoint directory")
-    if src.resolve() == out.resolve():
-        raise ValueError(f"output directory {out} must differ from the source checkpoint")
-    config = json.loads(config_path.read_text())
-    if "quantization_config" in config:
-        raise ValueError(
-            f"{config_path}: already quantized ({config['quantization_config'].get('quant_method')}); pass a BF16 checkpoint"
+    if not src.is_dir():
+        raise ExportError(
+            src, "no such checkpoint folder", "pass a Hugging Face checkpoint directory", 2
         )
+    if src.resolve() == out.resolve() or src.resolve() in out.resolve().parents:
+        raise ExportError(
+            out, "is the source checkpoint (or inside it)", "export to another folder", 2
+        )
+    config = _read_config(src)
+    check_target(out, _SIDE_FILES)
     shapes = dict(hf_shapes(checkpoint_shapes(src)))
     plan = RefitPlan.from_config(recipe_config, shapes)
-    export_checkpoint(
-        hf_to_engine(read_hf_checkpoint(src)), plan, out, config, shard_bytes=shard_bytes
-    )
-    for name in _SIDE_FILES:
-        if (src / name).is_file():
-            shutil.copy2(src / name, out / name)
+
+    def write(tmp: Path) -> None:
+        try:
+            export_checkpoint(
+                hf_to_engine(read_hf_checkpoint(src)), plan, tmp, config, shard_bytes=shard_bytes
+            )
+        except RefitError as exc:
+            raise ExportError(
+                src,
+                "weights fail verification: " + "; ".join(exc.problems[:5]),
+                f"fix the source checkpoint; {out} was left as it was",
+            ) from exc
+        for name in _SIDE_FILES:
+            if (src / name).is_file():
+                shutil.copy2(src / name, tmp / name)
+
+    write_swapped(out, write)
     return plan
 
 

@@ -1,0 +1,98 @@
+"""Safe export output: write into a temporary folder next to the target, verify, then swap in.
+
+An export never destroys anything by accident: a target that is a file, or a folder holding
+files an export does not write, is refused before anything is written; the new export is built
+in `.<name>.tmp-*` beside the target, verified (every shard opens, the index names exactly the
+tensors in the shards, `config.json` parses), and only then renamed into place, the previous
+export (if any) being moved aside first and deleted last. A failure at any point leaves the
+target as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from nemo_fp8_rl.errors import UserError
+
+INDEX = "model.safetensors.index.json"
+
+
+class ExportError(UserError):
+    """An export that was refused or failed; the target folder is unchanged."""
+
+
+def check_target(out: Path, own_files: Iterable[str]) -> None:
+    """Refuse a target that is a file, or a non-empty folder that is not an earlier export."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(out, "is a file, not a folder", "give a folder path for the export", 2)
+    if not out.is_dir():
+        return
+    allowed = set(own_files) | {"config.json", INDEX}
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in allowed and not (p.name.startswith("model") and p.suffix == ".safetensors")
+    )
+    looks_exported = (out / INDEX).is_file() and (out / "config.json").is_file()
+    if foreign or (any(out.iterdir()) and not looks_exported):
+        shown = ", ".join(foreign[:5]) or "files without an export index"
+        raise ExportError(
+            out,
+            f"folder holds files that are not an earlier export ({shown}); nothing was written",
+            "export into a new or empty folder, or into an earlier export to replace it",
+            2,
+        )
+
+
+def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
+    """Run `write(tmp)` into a temporary folder beside `out`, verify it, then swap it in."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        write(tmp)
+        verify_export(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / "export")
+    try:
+        os.replace(tmp, out)
+    except OSError:
+        if old is not None:
+            os.replace(old / "export", out)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def verify_export(folder: Path) -> None:
+    """Every shard opens and the index names exactly the tensors the shards hold."""
+    from safetensors import safe_open
+
+    try:
+        index = json.loads((folder / INDEX).read_text())["weight_map"]
+        json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError, KeyError) as exc:
+        raise ExportError(folder, f"export incomplete ({exc})", "run the export again") from exc
+    found: dict[str, str] = {}
+    for shard in sorted(set(index.values())):
+        try:
+            with safe_open(folder / shard, framework="pt") as f:
+                found.update(dict.fromkeys(f.keys(), shard))  # noqa: SIM118
+        except Exception as exc:  # noqa: BLE001 (safetensors raises its own error type)
+            raise ExportError(
+                folder / shard, f"written shard does not read back ({exc})", "run the export again"
+            ) from exc
+    if found != index:
+        raise ExportError(
+            folder, "index and shards disagree after writing", "run the export again (disk full?)"
+        )
