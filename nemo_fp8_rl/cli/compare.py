@@ -57,6 +57,24 @@ def _unique_names(paths: list[Path]) -> list[str]:
     ]
 
 
+def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | None:
+    """A run compared with itself, or an `--out` that is a file: the error line, else None."""
+    if out is not None and out.exists() and not out.is_dir():
+        return f"--out {out}: is a file, not a folder. Fix: give a folder for the report"
+    if is_runs:
+        seen: dict[Path, str] = {}
+        for t in targets:
+            key = Path(t).resolve()
+            key = key.parent if key.is_file() else key
+            if key in seen:
+                return (
+                    f"{t}: is the same run as {seen[key]}, and a run always matches itself. "
+                    "Fix: compare two different runs (e.g. a BF16 and an FP8 run)"
+                )
+            seen[key] = t
+    return None
+
+
 def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> int:
     """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
     from nemo_fp8_rl.compare import diff_configs
@@ -190,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
     is_runs = set(kinds.values()) == {"run"}
     if is_runs and overrides:
         parser.error(f"overrides apply to recipes only; a run's recipe is fixed (got {overrides})")
+    problem = _check_inputs(targets, args.out, is_runs)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     try:
         if not is_runs:
             return compare_recipes(targets, overrides, args.out)

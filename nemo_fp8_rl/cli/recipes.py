@@ -29,12 +29,26 @@ def _summary(ref) -> tuple[str, ...]:
 
 
 def cmd_list() -> int:
+    """The table of valid recipes; an invalid one is named on stderr (exit code 1), not fatal."""
     rows = [("recipe", "model", "cluster", "training", "rollout", "calibration")]
-    rows += [_summary(p) for p in find_recipes()]
+    invalid = []
+    for path in find_recipes():
+        try:
+            rows.append(_summary(path))
+        except RecipeError as exc:
+            invalid.append((path, exc))
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
-    return 0
+    for path, exc in invalid:
+        first = f"{exc.issues[0].key}: {exc.issues[0].problem}" if exc.issues else exc
+        print(
+            f"error: {path}: invalid recipe, left out of the list ({first}). Fix: run "
+            f"`nemo_fp8_rl.recipes validate {path}` for every problem, or move the file out of "
+            "recipes/",
+            file=sys.stderr,
+        )
+    return 1 if invalid else 0
 
 
 def cmd_validate(refs: list[str]) -> int:
