@@ -274,12 +274,12 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     """
     path = Path(path)
     if not path.exists():
-        raise RunReadError(f"run {path}: no such file or directory")
+        raise RunReadError(f"run {path}: no such file or directory. Fix: check the path")
     root, jsonl_files, event_files = _sources(path)
     if not jsonl_files and not event_files:
         raise RunReadError(
             f"run {path}: found neither {JSONL_NAME} nor TensorBoard event files "
-            f"({EVENT_GLOB}) below it; pass a run directory (runs/<name>) or a NeMo RL log_dir"
+            f"({EVENT_GLOB}) below it. Fix: pass a run directory (runs/<name>) or a NeMo RL log_dir"
         )
     notes: list[str] = []
     parts: list[Rows] = []
@@ -300,7 +300,8 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     metrics = rows_to_series(merge_rows(parts))
     if not metrics:
         raise RunReadError(
-            f"run {path}: {', '.join(map(str, jsonl_files + event_files))} hold no metrics"
+            f"run {path}: {', '.join(map(str, jsonl_files + event_files))} hold no metrics. "
+            "Fix: pass a run that has logged at least one step"
         )
     config, config_notes = _read_config(root)
     run = RunData(

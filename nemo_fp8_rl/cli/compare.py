@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(
             f"error: {', '.join(unknown)}: neither a run (no such directory or metrics file) nor a "
-            "recipe (see `nemo_fp8_rl.recipes list`)",
+            "recipe. Fix: check the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
             file=sys.stderr,
         )
         return 2

@@ -46,6 +46,10 @@ def resolve_ref(ref: str | Path) -> Path:
     path = Path(ref)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise RecipeError(
+            str(ref), [ConfigIssue("--recipe", "is a folder", "give a .yaml recipe file", str(ref))]
+        )
     stem = str(ref).removesuffix(".yaml")
     candidate = recipes_dir() / f"{stem}.yaml"
     if candidate.is_file():

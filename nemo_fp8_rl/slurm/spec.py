@@ -147,7 +147,10 @@ def split_mounts(text: str) -> tuple[str, ...]:
 
 def _positive_int(value: Any, where: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise JobSpecError(f"{where}: expected an integer >= {minimum}, got {value!r}")
+        raise JobSpecError(
+            f"{where}: expected an integer >= {minimum}, got {value!r}. Fix: give a whole number "
+            f">= {minimum}"
+        )
     return value
 
 

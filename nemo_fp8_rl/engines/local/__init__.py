@@ -22,9 +22,22 @@ def run(
     # for its workers; they use this interpreter's environment instead (NeMo RL sets the same).
     # Ray reads the switch when it is imported, so it is set before the runner imports Ray.
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    check_run_dir(recipe, resume=resume, overwrite=overwrite)
     from nemo_fp8_rl.engines.local.runner import run as _run
 
     return _run(recipe, resume=resume, progress=progress, overwrite=overwrite)
 
 
-__all__ = ["run"]
+def check_run_dir(recipe: Recipe, *, resume: bool, overwrite: bool) -> None:
+    """The run dir and (on resume) the checkpoint checks, before Ray, torch or transformers are
+    imported: a refused run fails in a second and writes nothing."""
+    from nemo_fp8_rl import rundir
+    from nemo_fp8_rl.engines.local.checkpoint import resume_point
+
+    run_dir = Path(recipe.run_dir).resolve()
+    rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
+    if resume:
+        resume_point(run_dir / "checkpoints", recipe.name, recipe.config["grpo"]["max_num_steps"])
+
+
+__all__ = ["check_run_dir", "run"]

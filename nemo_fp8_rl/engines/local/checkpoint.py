@@ -21,8 +21,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from nemo_fp8_rl.errors import UserError
 
 STATE_FILE = "state.pt"
@@ -64,6 +62,8 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
 
     `step` is the number of completed GRPO steps; resuming from it starts at step `step`.
     """
+    import torch
+
     root.mkdir(parents=True, exist_ok=True)
     for stale in root.glob(".tmp_step_*"):
         shutil.rmtree(stale, ignore_errors=True)
@@ -202,6 +202,8 @@ def verify_checkpoint(path: Path) -> None:
 
 def load_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """Read `(state, info)` from a checkpoint directory."""
+    import torch
+
     state = torch.load(path / STATE_FILE, map_location="cpu", weights_only=False)
     info = json.loads((path / INFO_FILE).read_text(encoding="utf-8"))
     return state, info
