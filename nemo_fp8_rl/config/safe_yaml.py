@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
-from yaml.nodes import MappingNode, Node, SequenceNode
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 
@@ -86,41 +86,54 @@ def _check_expansion(root: Node | None) -> None:
     """Refuse a node graph taller than MAX_DEPTH or expanding to more than MAX_NODES nodes.
 
     size(n) = 1 + sum(size(child)) and height(n) = 1 + max(height(child)), aliases counted as
-    full copies, computed once per distinct node (iteratively: time and memory linear in the file).
+    full copies, computed once per distinct collection node (iteratively; scalars are counted
+    in place), so time and memory stay linear in the file.
     """
-    if root is None:
+    if root is None or isinstance(root, ScalarNode):
         return
-    done: dict[int, tuple[int, int]] = {}
+    size: dict[int, int] = {}
+    height: dict[int, int] = {}
     active: set[int] = set()
-    stack: list[tuple[Node, bool]] = [(root, False)]
+    stack: list[tuple[Node, list[Node] | None]] = [(root, None)]
     while stack:
-        node, finished = stack.pop()
-        key, kids = id(node), _children(node)
-        if finished:
+        node, kids = stack.pop()
+        key = id(node)
+        if kids is not None:  # all children done
             active.discard(key)
-            size = 1 + sum(done[id(c)][0] for c in kids)
-            height = 1 + max((done[id(c)][1] for c in kids), default=0)
-            if size > MAX_NODES:
+            total, tallest = 1, 1
+            for child in kids:
+                if isinstance(child, ScalarNode):
+                    total += 1
+                else:
+                    total += size[id(child)]
+                    tallest = max(tallest, height[id(child)] + 1)
+            if total > MAX_NODES:
                 raise _Refused(
                     f"aliases expand to more than {MAX_NODES:,} values",
                     "write the values out instead of nesting aliases",
                     node.start_mark,
                 )
-            if height > MAX_DEPTH:
+            if tallest > MAX_DEPTH:
                 raise _Refused(
                     f"nested deeper than {MAX_DEPTH} levels",
                     "flatten the structure; a recipe is a few levels deep",
                     node.start_mark,
                 )
-            done[key] = (size, height)
+            size[key], height[key] = total, tallest
             continue
-        if key in done:
+        if key in size:
             continue
-        if key in active:
-            raise _Refused("recursive alias", "remove the alias to its own parent", node.start_mark)
+        kids = _children(node)
         active.add(key)
-        stack.append((node, True))
-        stack.extend((child, False) for child in kids if id(child) not in done)
+        stack.append((node, kids))
+        for child in kids:
+            if isinstance(child, ScalarNode) or id(child) in size:
+                continue
+            if id(child) in active:
+                raise _Refused(
+                    "recursive alias", "remove the alias to its own parent", child.start_mark
+                )
+            stack.append((child, None))
 
 
 def _children(node: Node) -> list[Node]:
