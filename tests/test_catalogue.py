@@ -150,9 +150,9 @@ FAST = [
     "policy.train_micro_batch_size=8",
     "grpo.val_period=2",
     "checkpointing.save_period=1",
-    "local.warmup.steps=30",
-    "local.task.num_validation=32",
-    "grpo.max_num_steps=4",
+    "local.warmup.steps=10",
+    "local.task.num_validation=16",
+    "grpo.max_num_steps=3",
 ]
 
 
@@ -184,7 +184,7 @@ def test_sigkill_then_resume_reproduces_the_run(tmp_path, monkeypatch) -> None:
     killed = _train(tmp_path / "part")
     latest = tmp_path / "part/checkpoints/latest"
     deadline = time.time() + 900
-    while not (latest.exists() and latest.read_text().strip() == "step_2"):
+    while not (latest.exists() and latest.read_text().strip() == "step_1"):
         assert killed.poll() is None and time.time() < deadline, killed.stderr.read()
         time.sleep(0.2)
     killed.send_signal(signal.SIGKILL)

@@ -138,8 +138,28 @@ def test_checkpoint_is_atomic_and_pruned(tmp_path):
     ckpt.save_checkpoint(root, 4, {"w": torch.zeros(1)}, {"acc": 0.0})
     assert not (root / ".tmp_step_4_x").exists()
     (root / "latest").write_text("step_9\n")
-    with pytest.raises(FileNotFoundError, match="step_9"):
+    with pytest.raises(ckpt.CheckpointError, match="step_9"):
         ckpt.latest_checkpoint(root)
+
+
+def test_checkpoint_manifest_is_verified_on_resume(tmp_path):
+    root = tmp_path / "ckpt"
+    ckpt.save_checkpoint(root, 2, {"w": torch.arange(8.0)}, {"recipe": "a"})
+    manifest = json.loads((root / "step_2" / ckpt.MANIFEST_FILE).read_text())
+    assert manifest["recipe"] == "a" and manifest["step"] == 2
+    assert set(manifest["files"]) == {ckpt.STATE_FILE, ckpt.INFO_FILE}
+    assert ckpt.resume_point(root, "a", max_steps=2) == root / "step_2"
+    with pytest.raises(ckpt.CheckpointError, match="belongs to recipe 'a', not 'b'"):
+        ckpt.resume_point(root, "b", max_steps=5)
+    with pytest.raises(ckpt.CheckpointError, match="already completed 2 steps") as err:
+        ckpt.resume_point(root, "a", max_steps=1)
+    assert err.value.code == 2
+    state = root / "step_2" / ckpt.STATE_FILE
+    data = bytearray(state.read_bytes())
+    data[-10] ^= 0x80
+    state.write_bytes(bytes(data))
+    with pytest.raises(ckpt.CheckpointError, match="SHA-256"):
+        ckpt.resume_point(root, "a", max_steps=5)
 
 
 def test_metrics_resume_drops_steps_after_the_checkpoint(tmp_path):
