@@ -355,6 +355,8 @@ CASES: list[Case] = [
     Case("no-recipe-flag", "train", (), 2, "the following arguments are required: --recipe"),
     Case("untyped-value", "train", (*RUN, "grpo.num_prompts_per_step=abc"), 2, "expected integer, got string"),
     Case("gpu-recipe-local-engine", "train", ("--recipe", Q, "--engine", "local"), 3, "the local engine runs CPU recipes only"),
+    Case("train-binary-recipe", "train", ("--recipe", "{ws}/bin.yaml", "--run-dir", "{ws}/run"), 2, "not a text file", _binary_recipe),
+    Case("train-duplicate-key", "train", ("--recipe", "{ws}/r.yaml", "--run-dir", "{ws}/run"), 2, "duplicate key 'max_num_steps'", _recipe("grpo:\n  max_num_steps: 1\n  max_num_steps: 2\n")),
     Case("run-dir-empty-string", "train", ("--recipe", T, "--run-dir", ""), 2, "not a run of this recipe", lambda ws: ws.write("keep.txt", "x")),
     # ---- submit -----------------------------------------------------------------------------
     Case("account-empty", "submit", ("--recipe", T, "--account", "", "--dry-run"), 2, "--account: empty value"),
@@ -398,6 +400,7 @@ CASES: list[Case] = [
     Case("export-overrides-without-recipe", "refit", ("export", "{ws}/src", "{ws}/out", "grpo.seed=1"), 2, "key=value overrides need --recipe", lambda ws: ws.hf()),
     Case("export-shard-size-zero", "refit", ("export", "{ws}/src", "{ws}/out", "--shard-size-mb", "0"), 2, "--shard-size-mb must be >= 1", lambda ws: ws.hf()),
     Case("export-recipe-bad-override", "refit", ("export", "{ws}/src", "{ws}/out", "--recipe", T, "policy.generation.top_p=2"), 2, "top_p: value 2 out of range", lambda ws: ws.hf()),
+    Case("export-binary-recipe", "refit", ("export", "{ws}/src", "{ws}/out", "--recipe", "{ws}/bin.yaml"), 2, "not a text file", lambda ws: (ws.hf(), _binary_recipe(ws))),
     Case("export-over-earlier-export", "refit", ("export", "{ws}/src", "{ws}/out"), 0, "", lambda ws: (ws.export("out"), ws.hf()), changes=True, stdout="wrote {ws}/out"),
 ]
 # fmt: on
