@@ -52,6 +52,8 @@ def _known(exc: BaseException) -> tuple[int, str] | None:
         return exc.code, str(exc)
     if isinstance(exc, RecipeError):
         return USAGE, str(exc)
+    # Matched by class name, so that reporting an error never imports the module defining it
+    # (the Slurm, refit and engine modules pull in torch or Ray).
     names = {cls.__name__ for cls in type(exc).__mro__}
     if names & {
         "JobSpecError",
