@@ -135,7 +135,9 @@ def _check_saved(
     if saved_name != name:
         raise RunDirError(
             run_dir,
-            f"folder holds a run of recipe {saved_name!r}, not {name!r}",
+            f"already holds a run of recipe {saved_name!r}, not {name!r}"
+            if saved_name
+            else f"already holds a run whose recipe.yaml names no recipe, not {name!r}",
             f"pass --run-dir to write elsewhere, or delete {run_dir} yourself",
         )
     if overwrite:
@@ -145,14 +147,14 @@ def _check_saved(
         shown = "; ".join(diffs[:5]) + ("; ..." if len(diffs) > 5 else "")
         raise RunDirError(
             run_dir,
-            f"folder holds a run of {name!r} with different settings ({shown})",
+            f"already holds a run of {name!r} with different settings ({shown})",
             "pass --run-dir to write elsewhere, or --overwrite to start this run over"
             + (" (a resumed run keeps its settings)" if resume else ""),
         )
     if not resume:
         raise RunDirError(
             run_dir,
-            f"folder already holds a run of {name!r}",
+            f"already holds a run of {name!r}",
             "pass --resume to continue it, --overwrite to start it over, or --run-dir to "
             "write elsewhere",
         )

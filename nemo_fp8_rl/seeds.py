@@ -133,12 +133,15 @@ def train_command(
     *,
     engine: str = "auto",
     resume: bool = False,
+    overwrite: bool = False,
 ) -> list[str]:
     """The child command that trains one seed (a plain `nemo_fp8_rl.train` invocation)."""
     cmd = [sys.executable, "-m", "nemo_fp8_rl.train", "--recipe", str(recipe_path)]
     cmd += ["--run-dir", str(run_dir), "--engine", engine, "--no-progress"]
     if resume:
         cmd.append("--resume")
+    elif overwrite:
+        cmd.append("--overwrite")
     return [*cmd, *overrides, f"{SEED_KEY}={seed}"]
 
 

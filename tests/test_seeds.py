@@ -97,7 +97,7 @@ def test_seeds_checks_every_run_dir_before_starting(tmp_path, capsys):
     (group / "seed-2" / "recipe.yaml").write_text(yaml.safe_dump({"grpo": {"seed": 99}}))
     args = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-bf16", "--run-dir", str(group), "--seeds", "1,2"]
     assert train_cli.main(args) == 2
-    assert f"{group / 'seed-2'} already holds a run" in capsys.readouterr().err
+    assert f"{group / 'seed-2'}: already holds a run" in capsys.readouterr().err
     assert not (group / "seed-1").exists()
 
 

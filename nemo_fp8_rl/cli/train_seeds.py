@@ -64,9 +64,15 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
         run_dir = seed_run_dir(group, seed)
         recipe = load_recipe(base.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
         if not args.resume:
-            check_owner(run_dir, recipe.config)
+            check_owner(run_dir, recipe.config, overwrite=args.overwrite)
         commands[seed] = train_command(
-            base.path, run_dir, seed, args.overrides, engine=engine, resume=args.resume
+            base.path,
+            run_dir,
+            seed,
+            args.overrides,
+            engine=engine,
+            resume=args.resume,
+            overwrite=args.overwrite,
         )
     return group, commands, engine
 
