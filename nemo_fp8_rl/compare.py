@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.config.schema import DERIVED
 from nemo_fp8_rl.runs import RunData, Series
 from nemo_fp8_rl.surge import detect_entropy_surges
 
@@ -46,7 +47,7 @@ PRECISION_PREFIXES = (
 )
 REFIT_PREFIXES = ("refit.", "policy.refit_", "policy.generation.refit_")
 CALIBRATION_PREFIXES = ("loss_fn.calibration.",)
-DERIVED_KEYS = ("logger.log_dir", "checkpointing.checkpoint_dir", "logger.wandb.name")
+DERIVED_KEYS = DERIVED  # derived from the recipe name: differ in every pair, by design
 GROUPS = ("precision", "refit", "calibration", "other", "derived")
 ABSENT = "<absent>"
 

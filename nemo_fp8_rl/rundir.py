@@ -3,7 +3,7 @@ and a guard so that nothing is destroyed by accident.
 
 `check_owner` runs before anything is written. It refuses a path that is a file, `/` or the home
 folder; a non-empty folder that holds no run (only `slurm/`, the job files `nemo_fp8_rl.submit`
-writes, may be there); a run of another recipe; and a run of this recipe unless the user said
+writes, and `train.log`, the log `--seeds` tees each seed's run into, may be there); a run of another recipe; and a run of this recipe unless the user said
 what to do with it: `--resume` continues it (same settings up to `RESUMABLE_KEYS`),
 `--overwrite` starts it again.
 """
@@ -44,8 +44,9 @@ class RunDirError(UsageError):
         super().__init__(where, f"{what}; nothing was written", fix)
 
 
-# Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes.
-_PRE_RUN = {"slurm"}
+# Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes and
+# the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.seeds`).
+_PRE_RUN = {"slurm", "train.log"}
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -66,7 +66,7 @@ def test_submit_seeds_dry_run_and_bad_input(capsys, tmp_path):
     (tmp_path / "g" / "seed-2").mkdir(parents=True)
     (tmp_path / "g" / "seed-2" / "metrics.jsonl").write_text("")
     assert submit_cli.main([*args, "--seeds", "1-2"]) == 2
-    assert "seed-2 holds a run without a recipe.yaml" in capsys.readouterr().err
+    assert "seed-2: folder holds files that are not a run" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
