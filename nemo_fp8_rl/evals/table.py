@@ -21,41 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
+from nemo_fp8_rl import stats
 from nemo_fp8_rl.evals.results import run_results
 
-B = 2000
 SELECTORS = ("last", "best")
 SELECTION_BIAS = (
     "best = the checkpoint with the highest validation score: the maximum of noisy scores is "
     "biased upward (most on benchmarks that are also the validation set), so compare last with "
     "last; best rows are what single-run, best-checkpoint studies report."
 )
-
-
-def seed_interval(values: Sequence[float], level: float = 0.95) -> tuple[float, float] | None:
-    """Percentile-bootstrap interval of the mean over seeds; None with fewer than 2 values."""
-    x = np.asarray(values, dtype=float)
-    if x.size < 2:
-        return None
-    rng = np.random.default_rng(0)
-    means = x[rng.integers(0, x.size, (B, x.size))].mean(1)
-    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
-    return float(lo), float(hi)
-
-
-def difference_interval(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
-    """Bootstrap interval of mean(b) - mean(a), resampling seeds within each arm."""
-    x, y = np.asarray(a, float), np.asarray(b, float)
-    if x.size < 2 or y.size < 2:
-        return None
-    rng = np.random.default_rng(1)
-    d = y[rng.integers(0, y.size, (B, y.size))].mean(1) - x[
-        rng.integers(0, x.size, (B, x.size))
-    ].mean(1)
-    lo, hi = np.quantile(d, [0.025, 0.975])
-    return float(lo), float(hi)
 
 
 @dataclass
@@ -115,18 +89,28 @@ def collect(run_dirs: Sequence[Path]) -> list[EvalTable]:
 def _cell(values: list[float]) -> str:
     if not values:
         return "—"
-    mean = 100 * float(np.mean(values))
-    ci = seed_interval(values)
-    return f"{mean:.1f}" if ci is None else f"{mean:.1f} [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]"
+    ci = stats.bootstrap_mean(values).scaled(100)
+    if not ci.has_interval:
+        return f"{ci.estimate:.1f}"
+    return f"{ci.estimate:.1f} [{ci.low:.1f}, {ci.high:.1f}]"
+
+
+def _by_seed(arm: Arm, sel: str) -> dict[int, float]:
+    """The arm's average per seed (a run without a recorded seed keys by its position)."""
+    seeds, values = arm.seeds[sel], arm.values[sel].get("average", [])
+    pairs = enumerate(zip(seeds, values, strict=False))
+    return {(s if s is not None else -1 - i): v for i, (s, v) in pairs}
 
 
 def _delta(ref: Arm, arm: Arm, sel: str) -> str:
-    a, b = ref.values[sel].get("average", []), arm.values[sel].get("average", [])
+    a, b = _by_seed(ref, sel), _by_seed(arm, sel)
     if not a or not b or arm is ref:
         return "—"
-    d = 100 * (float(np.mean(b)) - float(np.mean(a)))
-    ci = difference_interval(a, b)
-    return f"{d:+.1f}" if ci is None else f"{d:+.1f} [{100 * ci[0]:+.1f}, {100 * ci[1]:+.1f}]"
+    ci, paired = stats.difference(a, b)
+    ci = ci.scaled(100)
+    if not ci.has_interval:
+        return f"{ci.estimate:+.1f}"
+    return f"{ci.estimate:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]" + ("" if paired else " unpaired")
 
 
 def rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
