@@ -84,6 +84,7 @@ def cluster() -> None:
 
 
 @pytest.mark.slurm
+@pytest.mark.slow
 def test_job_array_two_seeds_each_a_two_node_ray_job(cluster, tmp_path, capsys):
     from nemo_fp8_rl.slurm import wait_for_state
 
