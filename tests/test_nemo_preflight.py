@@ -26,7 +26,8 @@ pytestmark = [
 ]
 
 SRC = Path(os.environ.get("NEMO_RL_SRC", "."))
-GPU_RECIPES = [p for p in find_recipes() if "tiny" not in short_name(p)]
+CPU_FOLDERS = ("tiny/", "study/")  # the embedded engine's recipes (cluster.gpus_per_node: 0)
+GPU_RECIPES = [p for p in find_recipes() if not short_name(p).startswith(CPU_FOLDERS)]
 IDS = [short_name(p) for p in GPU_RECIPES]
 
 
@@ -44,9 +45,10 @@ def _preflight(recipe):
 
 
 def test_gpu_recipes_are_all_the_non_cpu_ones() -> None:
-    assert GPU_RECIPES and all(
-        load_recipe(p).config["cluster"]["gpus_per_node"] > 0 for p in GPU_RECIPES
-    )
+    """Every recipe outside the CPU folders asks for GPUs, and every one inside asks for none."""
+    gpus = {p: load_recipe(p).config["cluster"]["gpus_per_node"] for p in find_recipes()}
+    assert GPU_RECIPES and all(gpus[p] > 0 for p in GPU_RECIPES)
+    assert all(gpus[p] == 0 for p in gpus if p not in GPU_RECIPES)
 
 
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=IDS)
