@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from nemo_fp8_rl import rundir
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
@@ -97,6 +98,18 @@ def _eval_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _job_flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The Slurm settings every job takes from the command line (training and evaluation)."""
+    return {
+        "account": args.account,
+        "partition": args.partition,
+        "time": args.time,
+        "container": args.container,
+        "mounts": split_mounts(args.mounts) if args.mounts else None,
+        "job_name": args.job_name,
+    }
+
+
 def run_submit_eval(args: argparse.Namespace) -> int:
     """Render (and submit) a one-node job that runs `nemo_fp8_rl.eval` on the run."""
     from types import SimpleNamespace
@@ -108,12 +121,7 @@ def run_submit_eval(args: argparse.Namespace) -> int:
     config["cluster"] = {**config["cluster"], "num_nodes": 1}  # evaluation runs on one node
     job = SimpleNamespace(config=config, name=f"eval-{run_dir.name}", run_dir=run_dir)
     flags = {
-        "account": args.account,
-        "partition": args.partition,
-        "time": args.time,
-        "container": args.container,
-        "mounts": split_mounts(args.mounts) if args.mounts else None,
-        "job_name": args.job_name,
+        **_job_flags(args),
         "eval_checkpoint": args.checkpoint,
         "eval_suite": args.suite,
         "eval_data_dir": str(Path(args.data_dir).absolute()) if args.data_dir else None,
@@ -175,12 +183,7 @@ def run_submit(args: argparse.Namespace) -> int:
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     seeds = _check_seeds(recipe, args) if args.seeds is not None else None
     flags = {
-        "account": args.account,
-        "partition": args.partition,
-        "time": args.time,
-        "container": args.container,
-        "mounts": split_mounts(args.mounts) if args.mounts else None,
-        "job_name": args.job_name,
+        **_job_flags(args),
         "nodes": args.nodes,
         "resume": args.resume or None,
         "seeds": seeds,
