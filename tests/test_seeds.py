@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_fast import TWO_STEPS
 
 from nemo_fp8_rl.cli import train as train_cli
 from nemo_fp8_rl.seeds import (
@@ -26,13 +27,7 @@ from nemo_fp8_rl.seeds import (
 )
 
 FAST = [
-    "grpo.max_num_steps=2",
-    "grpo.val_at_start=false",
-    "grpo.val_period=2",
-    "checkpointing.save_period=2",
-    "local.warmup.steps=5",
-    "local.warmup.target_accuracy=null",
-    "local.task.num_validation=16",
+    *TWO_STEPS,
     "grpo.num_prompts_per_step=8",
     "policy.train_global_batch_size=16",
     "policy.train_micro_batch_size=16",

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from tiny_fast import TWO_STEPS
 
 from nemo_fp8_rl.cli import submit as submit_cli
 from nemo_fp8_rl.config import load_recipe
@@ -18,15 +19,7 @@ from nemo_fp8_rl.slurm import JobSpecError, array_tasks, build_job_spec, render_
 from nemo_fp8_rl.slurm.render import array_range
 
 RECIPE = "tiny/grpo-tiny-qwen3-cpu-fp8"
-FAST = [
-    "grpo.max_num_steps=2",
-    "grpo.val_at_start=false",
-    "grpo.val_period=2",
-    "checkpointing.save_period=2",
-    "local.warmup.steps=5",
-    "local.warmup.target_accuracy=null",
-    "local.task.num_validation=16",
-]
+FAST = TWO_STEPS
 
 
 @pytest.mark.parametrize(
