@@ -144,19 +144,23 @@ def plot_data(comparison: Comparison, spec: PlotSpec) -> list[list[Curve]]:
     return panels
 
 
+def panel_figure(n: int, width: float, height: float, wspace: float):
+    """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches.
+
+    Fixed margins: constrained/tight layout would cost an extra draw per figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * n, height), dpi=100)
+    fig.subplots_adjust(left=0.14 / n + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=wspace)
+    return fig, fig.subplots(1, n, squeeze=False)[0]
+
+
 def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] | None = None):
     """Draw one figure (a `matplotlib.figure.Figure`, no pyplot state) from `plot_data` output.
 
     `surges` maps run name to surge step; it is drawn as a dotted vertical line on entropy panels.
     """
-    from matplotlib.figure import Figure
-
-    # Fixed margins: constrained/tight layout would cost an extra draw per figure.
-    fig = Figure(figsize=(5.0 * len(panels), 3.4), dpi=100)
-    fig.subplots_adjust(
-        left=0.14 / len(panels) + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=0.32
-    )
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig, axes = panel_figure(len(panels), 5.0, 3.4, 0.32)
     for ax, (metric, label), curves in zip(axes, spec.panels, panels, strict=True):
         for index, curve in enumerate(curves):
             color = f"C{index}"

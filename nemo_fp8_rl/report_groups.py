@@ -21,7 +21,15 @@ import numpy as np
 from nemo_fp8_rl import stats
 from nemo_fp8_rl.compare import align
 from nemo_fp8_rl.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.report import PLOTS, PlotSpec, _html_table, _md_table, _rich_table, _style_axes
+from nemo_fp8_rl.report import (
+    PLOTS,
+    PlotSpec,
+    _html_table,
+    _md_table,
+    _rich_table,
+    _style_axes,
+    panel_figure,
+)
 
 EMA_ALPHA = 0.2
 SMOOTHED = (
@@ -140,13 +148,7 @@ def band_data(comparison: GroupComparison, spec: PlotSpec) -> list[list[Band]]:
 
 def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
     """One figure (no pyplot state): per panel a line per recipe and its shaded interval."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(5.5 * len(panels), 3.6), dpi=100)
-    fig.subplots_adjust(
-        left=0.14 / len(panels) + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=0.3
-    )
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    fig, axes = panel_figure(len(panels), 5.5, 3.6, 0.3)
     for ax, (metric, label), bands in zip(axes, spec.panels, panels, strict=True):
         for index, b in enumerate(bands):
             color = f"C{index}"
