@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from nemo_fp8_rl.errors import UsageError
+from nemo_fp8_rl.config.user_error import UsageError
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
 RESUMABLE_KEYS = (

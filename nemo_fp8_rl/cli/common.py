@@ -14,7 +14,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from nemo_fp8_rl.errors import RUNTIME, USAGE, UserError
+from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
 REPORT_TO = "the nemo-fp8-rl issue tracker"
 

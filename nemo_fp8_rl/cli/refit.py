@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
-from nemo_fp8_rl.errors import UsageError, UserError
+from nemo_fp8_rl.config.user_error import UsageError, UserError
 
 _QUANT = {"block": "fp8_per_block", "tensor": "fp8_per_tensor", "channel": "compressed-tensors"}
 

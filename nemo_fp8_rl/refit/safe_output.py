@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from nemo_fp8_rl.errors import UserError
+from nemo_fp8_rl.config.user_error import UserError
 
 INDEX = "model.safetensors.index.json"
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import ray
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.local.rollout import Rollout
 from nemo_fp8_rl.engines.local.trainer import Trainer
-from nemo_fp8_rl.errors import UserError
 
 
 def start_ray(num_cpus: int = 2) -> bool:

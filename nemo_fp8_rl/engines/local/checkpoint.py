@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.errors import UserError
+from nemo_fp8_rl.config.user_error import UserError
 
 STATE_FILE = "state.pt"
 INFO_FILE = "info.json"
