@@ -14,8 +14,8 @@ import math
 import torch
 
 from nemo_fp8_rl.calibration import Calibrator, prepare_samples, update_balance
+from nemo_fp8_rl.calibration.diagnostics import clip_fractions, ratio_nmae
 from nemo_fp8_rl.config.project import CalibrationConfig
-from nemo_fp8_rl.diagnostics import clip_fractions, ratio_nmae
 
 torch.set_num_threads(1)
 N_TOKENS = 400_000

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from nemo_fp8_rl import diagnostics as diag
+from nemo_fp8_rl.calibration import diagnostics as diag
 
 T = torch.tensor
 

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from nemo_fp8_rl import diagnostics as diag
+from nemo_fp8_rl.calibration import diagnostics as diag
 
 
 def test_quartiles_rank_responses_by_mean_entropy_with_equal_groups():

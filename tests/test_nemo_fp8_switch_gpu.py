@@ -17,7 +17,7 @@ import tempfile
 import pytest
 import torch
 
-from nemo_fp8_rl.diagnostics import prob_nmae
+from nemo_fp8_rl.calibration.diagnostics import prob_nmae
 from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
 
 

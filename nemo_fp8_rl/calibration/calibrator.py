@@ -27,9 +27,9 @@ from nemo_fp8_rl.calibration.bounds import (
     update_balance,
     upper_target,
 )
+from nemo_fp8_rl.calibration.diagnostics import overclip_stats
 from nemo_fp8_rl.calibration.uncertainty import lower_target_interval
 from nemo_fp8_rl.config.project import CalibrationConfig
-from nemo_fp8_rl.diagnostics import overclip_stats
 
 Gather = Callable[[torch.Tensor], torch.Tensor]
 _STATE_VERSION = 1

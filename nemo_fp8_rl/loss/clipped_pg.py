@@ -25,8 +25,8 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl import diagnostics as diag
 from nemo_fp8_rl.calibration import Calibrator
+from nemo_fp8_rl.calibration import diagnostics as diag
 from nemo_fp8_rl.loss.config import LossInputType, LossType, MetricNormalizer, PGLossConfig
 
 T = torch.Tensor

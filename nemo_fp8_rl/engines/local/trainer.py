@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl import diagnostics as diag
+from nemo_fp8_rl.calibration import diagnostics as diag
 from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.batch import select
 from nemo_fp8_rl.engines.local.model import (
