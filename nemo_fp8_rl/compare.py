@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.analysis.surge import detect_entropy_surges
 from nemo_fp8_rl.config.schema import DERIVED
 from nemo_fp8_rl.runs import RunData, Series
-from nemo_fp8_rl.surge import detect_entropy_surges
 
 # Keys an FP8 recipe changes together with the precision switch (nemo-rl reference, section 2).
 PRECISION_PREFIXES = (
@@ -240,7 +240,7 @@ class Comparison:
 
 
 def entropy_surges(entropy: Series) -> list[int]:
-    """Steps where an entropy surge began (`nemo_fp8_rl.surge.EntropySurgeDetector`, default rule)."""
+    """Steps where an entropy surge began (`nemo_fp8_rl.analysis.surge.EntropySurgeDetector`, default rule)."""
     return detect_entropy_surges(entropy.steps.tolist(), entropy.values.tolist())
 
 

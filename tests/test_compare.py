@@ -420,7 +420,7 @@ def _entropy_series(seed: int, steps: int = 120) -> tuple[list[int], list[float]
 
 @pytest.mark.parametrize("seed", range(40))
 def test_surge_onsets_match_the_diagnostics_detector(seed):
-    from nemo_fp8_rl.calibration.diagnostics import detect_entropy_surges
+    from nemo_fp8_rl.analysis.surge import detect_entropy_surges
     from nemo_fp8_rl.compare import entropy_surges
     from nemo_fp8_rl.runs import Series
 

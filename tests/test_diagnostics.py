@@ -7,6 +7,7 @@ import math
 import pytest
 import torch
 
+from nemo_fp8_rl.analysis import surge
 from nemo_fp8_rl.calibration import diagnostics as diag
 
 T = torch.tensor
@@ -119,10 +120,10 @@ def series_with_surge(n: int = 120, onset: int = 80) -> list[float]:
 
 def test_surge_detector_finds_onset_online_and_offline() -> None:
     values = series_with_surge()
-    det = diag.EntropySurgeDetector(window=20, z_threshold=4.0, min_rise=0.05)
+    det = surge.EntropySurgeDetector(window=20, z_threshold=4.0, min_rise=0.05)
     flags = [det.update(step, v) for step, v in enumerate(values)]
     assert det.onsets == [80] and flags.index(True) == 80 and sum(flags) == 1
-    assert diag.detect_entropy_surges(
+    assert surge.detect_entropy_surges(
         range(len(values)), values, window=20, z_threshold=4.0, min_rise=0.05
     ) == [80]
 
@@ -130,14 +131,14 @@ def test_surge_detector_finds_onset_online_and_offline() -> None:
 def test_surge_detector_ignores_noise_small_rises_and_nan() -> None:
     g = torch.Generator().manual_seed(2)
     noise = (0.6 + 0.01 * torch.randn(200, generator=g)).tolist()
-    assert diag.detect_entropy_surges(range(200), noise) == []
+    assert surge.detect_entropy_surges(range(200), noise) == []
     small = series_with_surge()
     small = [
         v if i < 80 else v - 0.1 * (i - 79) + 0.03 for i, v in enumerate(small)
     ]  # +0.03 step only
-    assert diag.detect_entropy_surges(range(len(small)), small, min_rise=0.05) == []
+    assert surge.detect_entropy_surges(range(len(small)), small, min_rise=0.05) == []
     with_nan = series_with_surge()
     with_nan[50] = float("nan")
-    assert diag.detect_entropy_surges(range(len(with_nan)), with_nan, z_threshold=4.0) == [80]
+    assert surge.detect_entropy_surges(range(len(with_nan)), with_nan, z_threshold=4.0) == [80]
     with pytest.raises(ValueError, match="min_history"):
-        diag.EntropySurgeDetector(window=3, min_history=5)
+        surge.EntropySurgeDetector(window=3, min_history=5)

@@ -1,4 +1,6 @@
-"""FP8-vs-BF16 and train-vs-generation diagnostics, clip fractions by sign, entropy surges.
+"""FP8-vs-BF16 and train-vs-generation diagnostics, clip fractions by sign.
+
+Entropy surges over a logged series: `nemo_fp8_rl.analysis.surge`.
 
 Functions over tensors; the loss and the calibrator call them, engines may call them offline.
 Masked means follow NeMo RL's rule `Σ(v·m) / (normalizer + 1e-8)`, where `normalizer` is the
@@ -11,9 +13,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-from nemo_fp8_rl.surge import EntropySurgeDetector as EntropySurgeDetector
-from nemo_fp8_rl.surge import detect_entropy_surges as detect_entropy_surges
 
 _EPS = 1e-8
 Tensor = torch.Tensor

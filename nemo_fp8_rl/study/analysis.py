@@ -8,7 +8,7 @@ Per run (from `metrics.jsonl`, training steps k ≥ 1):
 - `shadow_fp8_lower_frac_neg`, `shadow_bf16_lower_frac_neg`: on the shadow steps, the shares
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
 - `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations; `val_start`;
-- `entropy_surges`: onsets found by `nemo_fp8_rl.surge.detect_entropy_surges` on train/entropy;
+- `entropy_surges`: onsets found by `nemo_fp8_rl.analysis.surge.detect_entropy_surges` on train/entropy;
 - `calib_low_min`: lowest lower bound L in force; `calib_m_mean`: mean over calibrations of m,
   the BF16-clipped negative-advantage tokens the quantile-matched L* rests on;
 - `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nemo_fp8_rl import stats
-from nemo_fp8_rl.surge import detect_entropy_surges
+from nemo_fp8_rl.analysis.surge import detect_entropy_surges
 
 TAIL = 3
 
