@@ -5,7 +5,7 @@ A group is every run of one recipe: the recipe name saved in its `recipe.yaml`
 (`logger.wandb.name`), else the parent folder of a `seed-<k>` run directory, else the run's own
 name. A run's seed is `grpo.seed` from its `recipe.yaml`, else the `<k>` of `seed-<k>`.
 
-Each run is reduced exactly as in a single-run comparison (`nemo_fp8_rl.compare.summarize_run`,
+Each run is reduced exactly as in a single-run comparison (`nemo_fp8_rl.analysis.compare.summarize_run`,
 plus the shadow-pass metrics in `EXTRA_COLUMNS`); the statistics are over seeds
 (`nemo_fp8_rl.stats`). Verdict for a group against the reference group (the first BF16 group,
 else the first): accuracy difference in points with its interval, "within noise" when the
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nemo_fp8_rl import stats
-from nemo_fp8_rl.compare import (
+from nemo_fp8_rl.analysis.compare import (
     COLUMNS,
     DEFAULT_TOLERANCE_POINTS,
     TAIL_STEPS,

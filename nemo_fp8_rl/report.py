@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nemo_fp8_rl.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
+from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
 
 MISSING = "-"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nemo_fp8_rl import stats
-from nemo_fp8_rl.compare import align
+from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
 from nemo_fp8_rl.report import (
     PLOTS,

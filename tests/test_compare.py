@@ -17,8 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from nemo_fp8_rl.cli.compare import main
-from nemo_fp8_rl.compare import (
+from nemo_fp8_rl.analysis.compare import (
     TAIL_STEPS,
     align,
     compare_runs,
@@ -27,6 +26,7 @@ from nemo_fp8_rl.compare import (
     precision_of,
     speedup,
 )
+from nemo_fp8_rl.cli.compare import main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
 from nemo_fp8_rl.runs import RunReadError, load_run, read_event_file, read_jsonl
@@ -420,8 +420,8 @@ def _entropy_series(seed: int, steps: int = 120) -> tuple[list[int], list[float]
 
 @pytest.mark.parametrize("seed", range(40))
 def test_surge_onsets_match_the_diagnostics_detector(seed):
+    from nemo_fp8_rl.analysis.compare import entropy_surges
     from nemo_fp8_rl.analysis.surge import detect_entropy_surges
-    from nemo_fp8_rl.compare import entropy_surges
     from nemo_fp8_rl.runs import Series
 
     steps, values = _entropy_series(seed)
@@ -430,7 +430,7 @@ def test_surge_onsets_match_the_diagnostics_detector(seed):
 
 
 def test_surge_examples():
-    from nemo_fp8_rl.compare import entropy_surges
+    from nemo_fp8_rl.analysis.compare import entropy_surges
     from nemo_fp8_rl.runs import Series
 
     flat = 0.8 + 0.004 * np.sin(1.3 * np.arange(1, 61))

@@ -110,7 +110,9 @@ def test_run_dir_of_another_recipe_is_not_overwritten(tmp_path):
     fp8 = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8")
     rundir.prepare(tmp_path, bf16.config, bf16.to_yaml(), resume=False)
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
-    with pytest.raises(rundir.RunDirError, match="holds a run of recipe 'grpo-tiny-qwen3-cpu-bf16'"):
+    with pytest.raises(
+        rundir.RunDirError, match="holds a run of recipe 'grpo-tiny-qwen3-cpu-bf16'"
+    ):
         rundir.prepare(tmp_path, fp8.config, fp8.to_yaml(), resume=False)
     assert (tmp_path / "metrics.jsonl").exists()
     foreign = tmp_path / "foreign"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from test_compare import expected, write_project_run
 
-from nemo_fp8_rl.compare import compare_runs
+from nemo_fp8_rl.analysis.compare import compare_runs
 from nemo_fp8_rl.report import (
     MISSING,
     PLOTS,
@@ -167,7 +167,7 @@ def test_near_constant_metric_gets_a_readable_axis():
 def test_terminal_recipe_diff_lines():
     from rich.console import Console
 
-    from nemo_fp8_rl.compare import diff_configs
+    from nemo_fp8_rl.analysis.compare import diff_configs
     from nemo_fp8_rl.report import print_diff
 
     diff = diff_configs(

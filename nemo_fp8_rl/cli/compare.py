@@ -77,7 +77,7 @@ def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | 
 
 def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> int:
     """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
-    from nemo_fp8_rl.compare import diff_configs
+    from nemo_fp8_rl.analysis.compare import diff_configs
     from nemo_fp8_rl.config import load_recipe, short_name
     from nemo_fp8_rl.report import print_diff, render_diff_markdown
 
@@ -106,7 +106,7 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 
 def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
     """Read the runs, print the table and verdicts, write the report files."""
-    from nemo_fp8_rl.compare import compare_runs
+    from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.report import print_comparison, write_report
     from nemo_fp8_rl.runs import load_run
@@ -149,7 +149,7 @@ def _write_grouped(
     groups, runs, out: Path | None, plots: bool, tolerance: float, start: float
 ) -> int:
     """Grouped runs: the interval table and verdicts; report in `out`, per-run report in `out/runs`."""
-    from nemo_fp8_rl.compare import compare_runs
+    from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.report import write_report
     from nemo_fp8_rl.report_groups import print_groups
     from nemo_fp8_rl.report_groups import write_report as write_group_report
@@ -166,7 +166,7 @@ def _write_grouped(
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and compare recipes or runs; returns the exit code."""
-    from nemo_fp8_rl.compare import DEFAULT_TOLERANCE_POINTS
+    from nemo_fp8_rl.analysis.compare import DEFAULT_TOLERANCE_POINTS
     from nemo_fp8_rl.runs import RunReadError
 
     parser = ArgumentParser(

@@ -42,7 +42,7 @@ def evaluate_run(
     num_problems: int | None = None,
 ) -> Path:
     """Select, evaluate, write; returns the result file."""
-    from nemo_fp8_rl.compare import precision_of
+    from nemo_fp8_rl.analysis.compare import precision_of
 
     config = read_run_config(run_dir)
     engine = "local" if config["cluster"]["gpus_per_node"] == 0 else "nemo"

@@ -390,9 +390,3 @@ def compare_runs(
     configs = [r.config for r in runs]
     diff = diff_configs([r.name for r in runs], configs) if all(configs) else None
     return Comparison(list(runs), summaries, diff, verdicts, ref)
-
-
-if __name__ == "__main__":  # `python -m nemo_fp8_rl.compare`, same as the console script
-    from nemo_fp8_rl.cli.compare import entry
-
-    entry()
