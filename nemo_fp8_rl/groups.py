@@ -7,7 +7,7 @@ name. A run's seed is `grpo.seed` from its `recipe.yaml`, else the `<k>` of `see
 
 Each run is reduced exactly as in a single-run comparison (`nemo_fp8_rl.analysis.compare.summarize_run`,
 plus the shadow-pass metrics in `EXTRA_COLUMNS`); the statistics are over seeds
-(`nemo_fp8_rl.stats`). Verdict for a group against the reference group (the first BF16 group,
+(`nemo_fp8_rl.analysis.stats`). Verdict for a group against the reference group (the first BF16 group,
 else the first): accuracy difference in points with its interval, "within noise" when the
 interval contains 0; with one run on either side it says the verdict rests on one run.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import (
     COLUMNS,
     DEFAULT_TOLERANCE_POINTS,

@@ -2,7 +2,7 @@
 and PNG plots with one band per recipe.
 
 Table cells read `mean [low, high]` (95 % percentile-bootstrap interval over seeds,
-`nemo_fp8_rl.stats`); a difference column per compared recipe gives `mean(b) - mean(a)`, paired
+`nemo_fp8_rl.analysis.stats`); a difference column per compared recipe gives `mean(b) - mean(a)`, paired
 by seed where the same seeds ran. Plots: per step, each recipe's mean over seeds (line) and its
 95 % interval (band); noisy per-step training series are smoothed per seed first with an EMA
 whose alpha the legend states. As in `nemo_fp8_rl.report`, plots are described by data first
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
 from nemo_fp8_rl.report import (

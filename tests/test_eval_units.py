@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.evals import checkpoints, nemo, table
 from nemo_fp8_rl.evals.results import BenchmarkScore, EvalResult, write_result
 from nemo_fp8_rl.evals.suites import ADDITION, MATH8, get_suite, missing_in_nemo_rl, nemo_dataset

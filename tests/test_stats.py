@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 
 
 def exact_bootstrap_quantiles(x: list[float], confidence: float = 0.95) -> tuple[float, float]:

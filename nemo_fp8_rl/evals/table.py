@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.evals.results import run_results
 
 SELECTORS = ("last", "best")

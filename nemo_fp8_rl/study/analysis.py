@@ -13,7 +13,7 @@ Per run (from `metrics.jsonl`, training steps k ≥ 1):
   the BF16-clipped negative-advantage tokens the quantile-matched L* rests on;
 - `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
   found it cached), `wall_seconds` and `wall_seconds_without_warmup` of the run's process.
-Intervals (`nemo_fp8_rl.stats`, the same as `compare`'s): percentile bootstrap of the mean over
+Intervals (`nemo_fp8_rl.analysis.stats`, the same as `compare`'s): percentile bootstrap of the mean over
 seeds (10,000 resamples, fixed generator); differences between recipes are paired by seed
 (bootstrap of the mean per-seed difference), quotients are ratios of the means with both sides
 resampled on the same seeds.
@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from nemo_fp8_rl import stats
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
 
 TAIL = 3
@@ -55,12 +55,12 @@ def _own(iv: stats.Interval) -> Interval:
 
 
 def bootstrap_mean(values: list[float]) -> Interval:
-    """Percentile bootstrap of the mean of the finite `values` (`nemo_fp8_rl.stats`)."""
+    """Percentile bootstrap of the mean of the finite `values` (`nemo_fp8_rl.analysis.stats`)."""
     return _own(stats.bootstrap_mean([math.nan if v is None else v for v in values]))
 
 
 def paired(a: dict[int, float], b: dict[int, float], op: str) -> Interval:
-    """`a` against `b` over seeds, paired by seed (`nemo_fp8_rl.stats`).
+    """`a` against `b` over seeds, paired by seed (`nemo_fp8_rl.analysis.stats`).
 
     op 'diff': mean(a − b) with the bootstrap of the per-seed differences; op 'ratio':
     mean(a) / mean(b) with both sides resampled on the same seeds.
