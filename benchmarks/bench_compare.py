@@ -6,7 +6,7 @@ directory, then prints:
 - the wall and CPU time of the whole command (`python -m nemo_fp8_rl.compare A B --out R`, a
   fresh process, as a user sees it) for project runs and for NeMo RL event files, with and
   without plots, against the 3 s budget (on a busy machine only the CPU time is meaningful);
-- the time to read the event files with `nemo_fp8_rl.runs` and with TensorBoard's
+- the time to read the event files with `nemo_fp8_rl.analysis.rundata` and with TensorBoard's
   `EventFileLoader` (the baseline), and their ratio.
 """
 
@@ -76,7 +76,7 @@ def time_readers(event_files: list[Path]) -> tuple[float, float]:
     """(ours, TensorBoard EventFileLoader) seconds to read the scalars of `event_files`."""
     from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
 
-    from nemo_fp8_rl.runs import read_event_file
+    from nemo_fp8_rl.analysis.rundata import read_event_file
 
     start = time.perf_counter()
     for path in event_files:
@@ -114,7 +114,7 @@ def main() -> None:
         ours, baseline = time_readers(events)
         print(f"  read events, EventFileLoader (baseline) {baseline * 1e3:7.1f} ms")
         print(
-            f"  read events, nemo_fp8_rl.runs           {ours * 1e3:7.1f} ms  ({baseline / ours:4.1f}x faster)"
+            f"  read events, nemo_fp8_rl.analysis.rundata           {ours * 1e3:7.1f} ms  ({baseline / ours:4.1f}x faster)"
         )
 
 

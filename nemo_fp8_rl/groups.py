@@ -29,7 +29,7 @@ from nemo_fp8_rl.analysis.compare import (
     diff_configs,
     summarize_run,
 )
-from nemo_fp8_rl.runs import RunData
+from nemo_fp8_rl.analysis.rundata import RunData
 from nemo_fp8_rl.seeds import seed_of_dir
 
 

@@ -6,7 +6,7 @@
     uv run python scripts/readme_tiny_table.py [--runs runs] [--write README.md]
 
 Reads `runs/grpo-tiny-qwen3-cpu-{bf16,fp8-uncalibrated,fp8}` (metrics.jsonl and recipe.yaml)
-with `nemo_fp8_rl.runs.load_run`, reduces them with `nemo_fp8_rl.analysis.compare.summarize_run` (the
+with `nemo_fp8_rl.analysis.rundata.load_run`, reduces them with `nemo_fp8_rl.analysis.compare.summarize_run` (the
 `nemo_fp8_rl.compare` summary columns), adds the calibration and shadow-pass rows, and prints a
 markdown block: the settings line (seed, steps, calibration schedule, read from the runs'
 recipes), the table, and what it does not show. `--write` replaces the block between the
@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from nemo_fp8_rl.analysis.compare import RunSummary, summarize_run
-from nemo_fp8_rl.runs import RunData, Series, load_run
+from nemo_fp8_rl.analysis.rundata import RunData, Series, load_run
 
 VARIANTS = (
     ("bf16", "BF16"),

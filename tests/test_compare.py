@@ -26,10 +26,10 @@ from nemo_fp8_rl.analysis.compare import (
     precision_of,
     speedup,
 )
+from nemo_fp8_rl.analysis.rundata import RunReadError, load_run, read_event_file, read_jsonl
 from nemo_fp8_rl.cli.compare import main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
-from nemo_fp8_rl.runs import RunReadError, load_run, read_event_file, read_jsonl
 
 VAL_PERIOD = 10
 
@@ -421,8 +421,8 @@ def _entropy_series(seed: int, steps: int = 120) -> tuple[list[int], list[float]
 @pytest.mark.parametrize("seed", range(40))
 def test_surge_onsets_match_the_diagnostics_detector(seed):
     from nemo_fp8_rl.analysis.compare import entropy_surges
+    from nemo_fp8_rl.analysis.rundata import Series
     from nemo_fp8_rl.analysis.surge import detect_entropy_surges
-    from nemo_fp8_rl.runs import Series
 
     steps, values = _entropy_series(seed)
     ours = entropy_surges(Series(np.array(steps), np.array(values)))
@@ -431,7 +431,7 @@ def test_surge_onsets_match_the_diagnostics_detector(seed):
 
 def test_surge_examples():
     from nemo_fp8_rl.analysis.compare import entropy_surges
-    from nemo_fp8_rl.runs import Series
+    from nemo_fp8_rl.analysis.rundata import Series
 
     flat = 0.8 + 0.004 * np.sin(1.3 * np.arange(1, 61))
     assert entropy_surges(Series(np.arange(1, 61), flat)) == []

@@ -10,9 +10,9 @@ import textwrap
 import pytest
 import torch
 
+from nemo_fp8_rl.analysis.rundata import read_jsonl
 from nemo_fp8_rl.engines.nemo import compat
 from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee, flatten_metrics
-from nemo_fp8_rl.runs import read_jsonl
 
 NO_NEMO_RL = importlib.util.find_spec("nemo_rl") is None
 

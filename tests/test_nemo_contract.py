@@ -297,8 +297,13 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
     """NeMo RL's Logger (TensorBoard backend) behind the tee: same names and values in both."""
     from nemo_rl.utils.logger import Logger
 
+    from nemo_fp8_rl.analysis.rundata import (
+        find_event_files,
+        merge_rows,
+        read_event_file,
+        read_jsonl,
+    )
     from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
-    from nemo_fp8_rl.runs import find_event_files, merge_rows, read_event_file, read_jsonl
 
     cfg = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8").config["logger"]
     cfg = {**cfg, "log_dir": str(tmp_path / "logs"), "wandb_enabled": False}

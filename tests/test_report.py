@@ -14,6 +14,7 @@ import pytest
 from test_compare import expected, write_project_run
 
 from nemo_fp8_rl.analysis.compare import compare_runs
+from nemo_fp8_rl.analysis.rundata import load_run
 from nemo_fp8_rl.report import (
     MISSING,
     PLOTS,
@@ -25,7 +26,6 @@ from nemo_fp8_rl.report import (
     summary_rows,
     write_report,
 )
-from nemo_fp8_rl.runs import load_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

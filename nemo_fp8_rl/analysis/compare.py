@@ -7,7 +7,7 @@ Two questions, two halves of this module:
    it), `refit`, `calibration` (`loss_fn.calibration`), `derived` (paths and names that follow
    from the file name) and `other`. A BF16/FP8 pair is a fair comparison only when nothing
    differs under `other`; otherwise the diff carries a warning naming the keys.
-2. *Runs.* `compare_runs` reads metrics (see `nemo_fp8_rl.runs`), aligns them by step, reduces
+2. *Runs.* `compare_runs` reads metrics (see `nemo_fp8_rl.analysis.rundata`), aligns them by step, reduces
    each to the summary columns in `COLUMNS`, finds entropy surges, and writes one verdict per FP8
    run against the reference (the first BF16 run, else the first run).
 
@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
 from nemo_fp8_rl.config.schema import DERIVED
-from nemo_fp8_rl.runs import RunData, Series
 
 # Keys an FP8 recipe changes together with the precision switch (nemo-rl reference, section 2).
 PRECISION_PREFIXES = (

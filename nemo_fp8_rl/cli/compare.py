@@ -107,9 +107,9 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
     """Read the runs, print the table and verdicts, write the report files."""
     from nemo_fp8_rl.analysis.compare import compare_runs
+    from nemo_fp8_rl.analysis.rundata import load_run
     from nemo_fp8_rl.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.report import print_comparison, write_report
-    from nemo_fp8_rl.runs import load_run
 
     start = time.perf_counter()
     paths = expand_seed_groups(items)
@@ -167,7 +167,7 @@ def _write_grouped(
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and compare recipes or runs; returns the exit code."""
     from nemo_fp8_rl.analysis.compare import DEFAULT_TOLERANCE_POINTS
-    from nemo_fp8_rl.runs import RunReadError
+    from nemo_fp8_rl.analysis.rundata import RunReadError
 
     parser = ArgumentParser(
         prog="nemo_fp8_rl.compare",
