@@ -20,7 +20,7 @@ import numpy as np
 
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
-from nemo_fp8_rl.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
+from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
 from nemo_fp8_rl.report import (
     PLOTS,
     PlotSpec,

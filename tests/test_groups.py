@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import yaml
 
+from nemo_fp8_rl.analysis.groups import compare_groups, group_runs
 from nemo_fp8_rl.analysis.rundata import load_run
 from nemo_fp8_rl.cli.compare import expand_seed_groups, main
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
-from nemo_fp8_rl.groups import compare_groups, group_runs
 from nemo_fp8_rl.report import PLOTS
 from nemo_fp8_rl.report_groups import band_data, draw_band_plot, table_rows
 
@@ -211,7 +211,7 @@ def test_entropy_shares_are_pooled_over_steps_by_token_count(tmp_path):
             },
         )
     logger.close()
-    from nemo_fp8_rl.groups import EXTRA_COLUMNS, run_value
+    from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, run_value
 
     q4 = next(c for c in EXTRA_COLUMNS if c.key == "overclip_q4")
     assert run_value(load_run(run), q4) == pytest.approx(0.75)

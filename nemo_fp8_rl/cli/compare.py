@@ -9,7 +9,7 @@
 - Runs of one recipe over several seeds (`runs/<name>/seed-<k>`, from `train --seeds`; give the
   recipe's folder `runs/<name>` or the seed folders themselves): grouped by recipe, with mean and
   95 % bootstrap interval per metric, differences paired by seed, verdicts that say "within
-  noise", and band plots (`nemo_fp8_rl.groups`, `nemo_fp8_rl.report_groups`); the per-run
+  noise", and band plots (`nemo_fp8_rl.analysis.groups`, `nemo_fp8_rl.report_groups`); the per-run
   report of every seed goes to `--out/runs/`.
 """
 
@@ -107,8 +107,8 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
     """Read the runs, print the table and verdicts, write the report files."""
     from nemo_fp8_rl.analysis.compare import compare_runs
+    from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.analysis.rundata import load_run
-    from nemo_fp8_rl.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.report import print_comparison, write_report
 
     start = time.perf_counter()
