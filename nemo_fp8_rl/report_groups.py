@@ -5,7 +5,7 @@ Table cells read `mean [low, high]` (95 % percentile-bootstrap interval over see
 `nemo_fp8_rl.analysis.stats`); a difference column per compared recipe gives `mean(b) - mean(a)`, paired
 by seed where the same seeds ran. Plots: per step, each recipe's mean over seeds (line) and its
 95 % interval (band); noisy per-step training series are smoothed per seed first with an EMA
-whose alpha the legend states. As in `nemo_fp8_rl.report`, plots are described by data first
+whose alpha the legend states. As in `nemo_fp8_rl.analysis.report`, plots are described by data first
 (`band_data`) and drawn second, and the HTML embeds them.
 """
 
@@ -21,7 +21,7 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.report import (
+from nemo_fp8_rl.analysis.report import (
     PLOTS,
     PlotSpec,
     _html_table,

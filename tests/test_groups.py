@@ -10,10 +10,10 @@ import pytest
 import yaml
 
 from nemo_fp8_rl.analysis.groups import compare_groups, group_runs
+from nemo_fp8_rl.analysis.report import PLOTS
 from nemo_fp8_rl.analysis.rundata import load_run
 from nemo_fp8_rl.cli.compare import expand_seed_groups, main
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
-from nemo_fp8_rl.report import PLOTS
 from nemo_fp8_rl.report_groups import band_data, draw_band_plot, table_rows
 
 STEPS = 20

@@ -14,8 +14,7 @@ import pytest
 from test_compare import expected, write_project_run
 
 from nemo_fp8_rl.analysis.compare import compare_runs
-from nemo_fp8_rl.analysis.rundata import load_run
-from nemo_fp8_rl.report import (
+from nemo_fp8_rl.analysis.report import (
     MISSING,
     PLOTS,
     draw_plot,
@@ -26,6 +25,7 @@ from nemo_fp8_rl.report import (
     summary_rows,
     write_report,
 )
+from nemo_fp8_rl.analysis.rundata import load_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -148,7 +148,7 @@ def test_terminal_output(comparison):
 
 
 def test_near_constant_metric_gets_a_readable_axis():
-    from nemo_fp8_rl.report import Curve, PlotSpec
+    from nemo_fp8_rl.analysis.report import Curve, PlotSpec
 
     spec = PlotSpec("bounds", "bounds", (("train/calib_low", "L"),))
     steps = np.arange(1, 4)
@@ -168,7 +168,7 @@ def test_terminal_recipe_diff_lines():
     from rich.console import Console
 
     from nemo_fp8_rl.analysis.compare import diff_configs
-    from nemo_fp8_rl.report import print_diff
+    from nemo_fp8_rl.analysis.report import print_diff
 
     diff = diff_configs(
         ["a", "b"],

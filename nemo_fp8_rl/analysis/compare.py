@@ -11,7 +11,7 @@ Two questions, two halves of this module:
    each to the summary columns in `COLUMNS`, finds entropy surges, and writes one verdict per FP8
    run against the reference (the first BF16 run, else the first run).
 
-Everything here is plain data and numpy: rendering lives in `nemo_fp8_rl.report`.
+Everything here is plain data and numpy: rendering lives in `nemo_fp8_rl.analysis.report`.
 """
 
 from __future__ import annotations

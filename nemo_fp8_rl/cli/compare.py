@@ -78,8 +78,8 @@ def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | 
 def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> int:
     """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
     from nemo_fp8_rl.analysis.compare import diff_configs
+    from nemo_fp8_rl.analysis.report import print_diff, render_diff_markdown
     from nemo_fp8_rl.config import load_recipe, short_name
-    from nemo_fp8_rl.report import print_diff, render_diff_markdown
 
     recipes = [load_recipe(ref, overrides) for ref in refs]
     diff = diff_configs([short_name(r.path) for r in recipes], [r.config for r in recipes])
@@ -108,8 +108,8 @@ def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance:
     """Read the runs, print the table and verdicts, write the report files."""
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
+    from nemo_fp8_rl.analysis.report import print_comparison, write_report
     from nemo_fp8_rl.analysis.rundata import load_run
-    from nemo_fp8_rl.report import print_comparison, write_report
 
     start = time.perf_counter()
     paths = expand_seed_groups(items)
@@ -150,7 +150,7 @@ def _write_grouped(
 ) -> int:
     """Grouped runs: the interval table and verdicts; report in `out`, per-run report in `out/runs`."""
     from nemo_fp8_rl.analysis.compare import compare_runs
-    from nemo_fp8_rl.report import write_report
+    from nemo_fp8_rl.analysis.report import write_report
     from nemo_fp8_rl.report_groups import print_groups
     from nemo_fp8_rl.report_groups import write_report as write_group_report
 
