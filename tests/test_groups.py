@@ -11,10 +11,10 @@ import yaml
 
 from nemo_fp8_rl.analysis.groups import compare_groups, group_runs
 from nemo_fp8_rl.analysis.report import PLOTS
+from nemo_fp8_rl.analysis.report_groups import band_data, draw_band_plot, table_rows
 from nemo_fp8_rl.analysis.rundata import load_run
 from nemo_fp8_rl.cli.compare import expand_seed_groups, main
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
-from nemo_fp8_rl.report_groups import band_data, draw_band_plot, table_rows
 
 STEPS = 20
 
@@ -176,7 +176,7 @@ def test_entropy_quartile_split_row_and_plot(tmp_path):
     row = next(r for r in rows if r[0] == "over-clip share, entropy Q4")
     assert row[1:3] == ["-", "0.800 [0.800, 0.800]"]
     assert not any(r[0].startswith("lower-clip share") for r in rows)  # not logged: no row
-    from nemo_fp8_rl.report_groups import draw_overclip_plot
+    from nemo_fp8_rl.analysis.report_groups import draw_overclip_plot
 
     fig = draw_overclip_plot(comparison)
     heights = [p.get_height() for p in fig.axes[0].patches]

@@ -9,7 +9,7 @@
 - Runs of one recipe over several seeds (`runs/<name>/seed-<k>`, from `train --seeds`; give the
   recipe's folder `runs/<name>` or the seed folders themselves): grouped by recipe, with mean and
   95 % bootstrap interval per metric, differences paired by seed, verdicts that say "within
-  noise", and band plots (`nemo_fp8_rl.analysis.groups`, `nemo_fp8_rl.report_groups`); the per-run
+  noise", and band plots (`nemo_fp8_rl.analysis.groups`, `nemo_fp8_rl.analysis.report_groups`); the per-run
   report of every seed goes to `--out/runs/`.
 """
 
@@ -151,8 +151,8 @@ def _write_grouped(
     """Grouped runs: the interval table and verdicts; report in `out`, per-run report in `out/runs`."""
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.report import write_report
-    from nemo_fp8_rl.report_groups import print_groups
-    from nemo_fp8_rl.report_groups import write_report as write_group_report
+    from nemo_fp8_rl.analysis.report_groups import print_groups
+    from nemo_fp8_rl.analysis.report_groups import write_report as write_group_report
 
     print_groups(groups)
     names = [g.name for g in groups.groups]
