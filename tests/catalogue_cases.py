@@ -16,9 +16,9 @@ from pathlib import Path
 
 import torch
 
-from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import load_recipe, project_root
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
+from nemo_fp8_rl.runs import rundir
 
 ROOT = project_root()
 BF16 = ROOT / "recipes/tiny/grpo-tiny-qwen3-cpu-bf16.yaml"

@@ -9,7 +9,6 @@ import os
 import pytest
 import torch
 
-from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.project import TaskConfig, TinyModelConfig
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
@@ -28,6 +27,7 @@ from nemo_fp8_rl.engines.local.tokenizer import (
     decode_completions,
     encode_prompts,
 )
+from nemo_fp8_rl.runs import rundir
 
 
 def test_tokenizer_roundtrip_and_left_padding(tmp_path):

@@ -16,7 +16,7 @@ import yaml
 from tiny_fast import TWO_STEPS
 
 from nemo_fp8_rl.cli import train as train_cli
-from nemo_fp8_rl.seeds import (
+from nemo_fp8_rl.runs.seeds import (
     SeedSpecError,
     parse_seeds,
     run_seeds,
@@ -149,7 +149,7 @@ def test_sigterm_to_the_launcher_stops_its_children(tmp_path):
     """`kill` (or scancel / timeout) on the launcher: the running seed is stopped, nothing is left
     behind, the rest are not started, and seeds.json says so."""
     script = (
-        "import sys; from pathlib import Path; from nemo_fp8_rl.seeds import run_seeds\n"
+        "import sys; from pathlib import Path; from nemo_fp8_rl.runs.seeds import run_seeds\n"
         "py = sys.executable\n"
         "cmds = {1: [py, '-c', 'import time; print(\"up\", flush=True); time.sleep(120)'],\n"
         "        2: [py, '-c', 'print(2)']}\n"

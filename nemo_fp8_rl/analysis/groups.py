@@ -30,7 +30,7 @@ from nemo_fp8_rl.analysis.compare import (
     summarize_run,
 )
 from nemo_fp8_rl.analysis.rundata import RunData
-from nemo_fp8_rl.seeds import seed_of_dir
+from nemo_fp8_rl.runs.seeds import seed_of_dir
 
 
 def _mean(s) -> float:

@@ -94,7 +94,7 @@ def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> 
 def expand_seed_groups(items: list[str]) -> list[Path]:
     """Each item as a run path; a recipe folder holding `seed-<k>` runs (and no metrics of its
     own) stands for those runs, in seed order."""
-    from nemo_fp8_rl.seeds import seed_dirs
+    from nemo_fp8_rl.runs.seeds import seed_dirs
 
     paths: list[Path] = []
     for item in items:

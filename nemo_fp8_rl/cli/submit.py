@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl import rundir
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
-from nemo_fp8_rl.rundir import RunDirError
-from nemo_fp8_rl.seeds import SeedSpecError
+from nemo_fp8_rl.runs import rundir
+from nemo_fp8_rl.runs.rundir import RunDirError
+from nemo_fp8_rl.runs.seeds import SeedSpecError
 from nemo_fp8_rl.slurm import (
     JobSpecError,
     SlurmError,
@@ -219,8 +219,8 @@ def run_submit(args: argparse.Namespace) -> int:
 
 def _check_seeds(recipe, args: argparse.Namespace) -> list[int]:
     """Parse --seeds and check every seed's recipe and run directory before anything is written."""
-    from nemo_fp8_rl.rundir import check_owner
-    from nemo_fp8_rl.seeds import SEED_KEY, check_overrides, parse_seeds, seed_run_dir
+    from nemo_fp8_rl.runs.rundir import check_owner
+    from nemo_fp8_rl.runs.seeds import SEED_KEY, check_overrides, parse_seeds, seed_run_dir
 
     seeds = parse_seeds(args.seeds)
     check_overrides(args.overrides)

@@ -2,7 +2,7 @@
 
 Every seed's recipe is loaded and its run directory checked before anything starts (a bad key
 or another recipe's run fails at once, for all seeds); then each seed trains in its own child
-process (`nemo_fp8_rl.seeds`). Exit code 0 when every seed finished, 1 when any failed.
+process (`nemo_fp8_rl.runs.seeds`). Exit code 0 when every seed finished, 1 when any failed.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.seeds import (
+from nemo_fp8_rl.runs.seeds import (
     SEED_KEY,
     SeedSpecError,
     check_overrides,
@@ -50,7 +50,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
         EngineUnavailable: no engine can run the recipe here.
     """
     from nemo_fp8_rl.cli.train import choose_engine
-    from nemo_fp8_rl.rundir import check_owner
+    from nemo_fp8_rl.runs.rundir import check_owner
 
     seeds = parse_seeds(args.seeds)
     if args.parallel < 1:
@@ -80,7 +80,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
 def main_seeds(args: argparse.Namespace) -> int:
     """Plan, then run (or with --dry-run print) every seed; print the per-seed summary."""
     from nemo_fp8_rl.cli.train import EngineUnavailable
-    from nemo_fp8_rl.rundir import RunDirError
+    from nemo_fp8_rl.runs.rundir import RunDirError
 
     try:
         group, commands, engine = plan(args)

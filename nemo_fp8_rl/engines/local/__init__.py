@@ -31,8 +31,8 @@ def run(
 def check_run_dir(recipe: Recipe, *, resume: bool, overwrite: bool) -> None:
     """The run dir and (on resume) the checkpoint checks, before Ray, torch or transformers are
     imported: a refused run fails in a second and writes nothing."""
-    from nemo_fp8_rl import rundir
     from nemo_fp8_rl.engines.local.checkpoint import resume_point
+    from nemo_fp8_rl.runs import rundir
 
     run_dir = Path(recipe.run_dir).resolve()
     rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)

@@ -18,7 +18,6 @@ from typing import Any
 import ray
 import torch
 
-from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
@@ -31,6 +30,7 @@ from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, sav
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
+from nemo_fp8_rl.runs import rundir
 
 
 def _sampling_seed(seed: int, step: int) -> int:

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl import rundir
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.engines.nemo import compat
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
@@ -34,6 +33,7 @@ from nemo_fp8_rl.engines.nemo.worker_env import (
     export_package_path,
     register_shadow_worker,
 )
+from nemo_fp8_rl.runs import rundir
 
 
 class EngineConfigError(ValueError):

@@ -45,7 +45,7 @@ class RunDirError(UsageError):
 
 
 # Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes and
-# the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.seeds`).
+# the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.runs.seeds`).
 _PRE_RUN = {"slurm", "train.log"}
 
 
