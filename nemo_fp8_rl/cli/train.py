@@ -5,7 +5,7 @@ With `--seeds 1-3 [--parallel N]` the recipe trains once per seed, each in `<run
 
 `auto` runs the embedded CPU engine for `cluster.gpus_per_node: 0` and NeMo RL otherwise.
 `--preflight` rehearses a GPU recipe's launch through NeMo RL's real setup code on CPU (exit 2
-with every problem located if it fails); see `engines/nemo/preflight.py`.
+with every problem located if it fails); see `engines/nemo/preflight/`.
 """
 
 from __future__ import annotations
