@@ -2,7 +2,7 @@
 
 Run with `scripts/nemo-rl-contract.sh /path/to/nemo-rl` (both v0.7.0 and main are supported).
 The preflight runs NeMo RL's real `grpo.setup()` with recorders for the Ray/GPU objects only
-(nemo_fp8_rl/engines/nemo/recorders.py names each); these tests check it reaches the training
+(nemo_fp8_rl/engines/nemo/preflight/recorders.py names each); these tests check it reaches the training
 loop for every GPU recipe, that a key removed from the hand-off is reported with its key path and
 the NeMo RL file that reads it, and that every key of NeMo RL's exemplar configs is in the
 hand-off (or in the commented allow-list `handoff.LEFT_OUT`).
