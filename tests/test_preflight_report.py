@@ -12,7 +12,12 @@ import pytest
 
 from nemo_fp8_rl.cli import submit as submit_cli
 from nemo_fp8_rl.cli import train as train_cli
-from nemo_fp8_rl.engines.nemo.located import LocatedError, locate, render_report, with_default_fix
+from nemo_fp8_rl.engines.nemo.preflight.located import (
+    LocatedError,
+    locate,
+    render_report,
+    with_default_fix,
+)
 
 READER = """
 def read(master):

@@ -27,7 +27,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.located import nemo_rl_frame, relative_file
+from nemo_fp8_rl.engines.nemo.preflight.located import nemo_rl_frame, relative_file
 from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, installed
 
 FP8_MODULE = "nemo_rl.models.generation.vllm.quantization.fp8"

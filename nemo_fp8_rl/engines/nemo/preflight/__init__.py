@@ -28,8 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo.located import LocatedError, locate, render_report, with_default_fix
 from nemo_fp8_rl.engines.nemo.preflight import recorders as rec
+from nemo_fp8_rl.engines.nemo.preflight.located import (
+    LocatedError,
+    locate,
+    render_report,
+    with_default_fix,
+)
 
 MAX_ROUNDS = 60
 
