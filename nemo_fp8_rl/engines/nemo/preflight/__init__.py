@@ -144,7 +144,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
     from nemo_rl.utils import logger as nemo_logger
     from nemo_rl.utils import venvs
 
-    from nemo_fp8_rl.engines.nemo.offline_hub import dataset_sample
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import dataset_sample
 
     def keep(cls: type, bucket: list) -> type:
         return type(
@@ -177,7 +177,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
 def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
-    from nemo_fp8_rl.engines.nemo.offline_hub import offline_hub, write_model
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import offline_hub, write_model
     from nemo_fp8_rl.engines.nemo.worker_rehearsal import (
         rehearse_megatron_worker,
         rehearse_vllm_worker,

@@ -165,6 +165,6 @@ def dataset_sample(repo: str, rows: int = 512) -> list[dict[str, Any]]:
     if make is None:
         raise NoLocalCopy(
             f"the preflight has no local sample of the Hub data set {repo!r}; add its columns to "
-            "nemo_fp8_rl/engines/nemo/offline_hub.py DATASET_ROWS"
+            "nemo_fp8_rl/engines/nemo/preflight/offline_hub.py DATASET_ROWS"
         )
     return make(rows)
