@@ -178,7 +178,7 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import offline_hub, write_model
-    from nemo_fp8_rl.engines.nemo.worker_rehearsal import (
+    from nemo_fp8_rl.engines.nemo.preflight.worker_rehearsal import (
         rehearse_megatron_worker,
         rehearse_vllm_worker,
     )
