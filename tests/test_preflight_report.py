@@ -136,7 +136,7 @@ def other(self):
 
 
 def test_bracket_reads_follow_aliases_and_skip_guarded_reads(tmp_path) -> None:
-    from nemo_fp8_rl.engines.nemo.config_reads import bracket_reads
+    from nemo_fp8_rl.engines.nemo.preflight.config_reads import bracket_reads
 
     (tmp_path / "nemo_rl").mkdir()
     (tmp_path / "nemo_rl" / "setup.py").write_text(SETUP_SRC)
