@@ -33,7 +33,7 @@ IDS = [short_name(p) for p in GPU_RECIPES]
 
 @pytest.fixture(scope="module")
 def exemplar() -> dict:
-    from nemo_fp8_rl.engines.nemo.exemplars import exemplar_keys
+    from nemo_fp8_rl.engines.nemo.preflight.exemplars import exemplar_keys
 
     return exemplar_keys(SRC)
 
@@ -53,7 +53,7 @@ def test_gpu_recipes_are_all_the_non_cpu_ones() -> None:
 
 @pytest.mark.parametrize("path", GPU_RECIPES, ids=IDS)
 def test_handoff_has_every_key_of_nemo_rl_exemplars(path, exemplar) -> None:
-    from nemo_fp8_rl.engines.nemo.exemplars import missing_from_handoff
+    from nemo_fp8_rl.engines.nemo.preflight.exemplars import missing_from_handoff
 
     missing = missing_from_handoff(to_nemo_config(load_recipe(path)), exemplar)
     assert not missing, "\n".join(f"{k.key} (= {k.value!r} in {k.source})" for k in missing)

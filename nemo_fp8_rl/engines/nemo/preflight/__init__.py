@@ -217,9 +217,9 @@ def static_megatron_check(
     expects it, and its exemplar gives the fix); other absent keys are listed as unverified
     (the scan cannot tell whether their branch is taken).
     """
-    from nemo_fp8_rl.engines.nemo.exemplars import has_key
     from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
     from nemo_fp8_rl.engines.nemo.preflight.config_reads import bracket_reads
+    from nemo_fp8_rl.engines.nemo.preflight.exemplars import has_key
 
     live, errors, unverified = {"policy": policy_config}, [], []
     for rel in MEGATRON_FILES:
@@ -288,8 +288,8 @@ def preflight(recipe: Recipe, workdir: Path | None = None) -> PreflightResult:
 
 
 def _preflight(recipe: Recipe) -> PreflightResult:
-    from nemo_fp8_rl.engines.nemo.exemplars import exemplar_keys
     from nemo_fp8_rl.engines.nemo.handoff import HandoffError
+    from nemo_fp8_rl.engines.nemo.preflight.exemplars import exemplar_keys
 
     start, tree = time.perf_counter(), _nemo_rl_tree()
     try:
