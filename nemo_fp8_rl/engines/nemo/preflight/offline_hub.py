@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-MODEL_CONFIGS = Path(__file__).with_name("model_configs")
+MODEL_CONFIGS = Path(__file__).parents[1] / "model_configs"
 SNAPSHOT = "0" * 40  # the cache's revision name for our files
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
