@@ -49,7 +49,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
         RunDirError: a seed's run directory holds another recipe's run.
         EngineUnavailable: no engine can run the recipe here.
     """
-    from nemo_fp8_rl.cli.train import choose_engine
+    from nemo_fp8_rl.engines.choose import choose_engine
     from nemo_fp8_rl.runs.rundir import check_owner
 
     seeds = parse_seeds(args.seeds)
@@ -79,7 +79,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
 
 def main_seeds(args: argparse.Namespace) -> int:
     """Plan, then run (or with --dry-run print) every seed; print the per-seed summary."""
-    from nemo_fp8_rl.cli.train import EngineUnavailable
+    from nemo_fp8_rl.engines.choose import EngineUnavailable
     from nemo_fp8_rl.runs.rundir import RunDirError
 
     try:
