@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
+from nemo_fp8_rl.analysis.render import html_table, md_table, panel_figure, rich_table, style_axes
 
 MISSING = "-"
 
@@ -144,17 +145,6 @@ def plot_data(comparison: Comparison, spec: PlotSpec) -> list[list[Curve]]:
     return panels
 
 
-def panel_figure(n: int, width: float, height: float, wspace: float):
-    """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches.
-
-    Fixed margins: constrained/tight layout would cost an extra draw per figure."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width * n, height), dpi=100)
-    fig.subplots_adjust(left=0.14 / n + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=wspace)
-    return fig, fig.subplots(1, n, squeeze=False)[0]
-
-
 def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] | None = None):
     """Draw one figure (a `matplotlib.figure.Figure`, no pyplot state) from `plot_data` output.
 
@@ -175,7 +165,7 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
             )
             if metric == "train/entropy" and surges and curve.run in surges:
                 ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
-        _style_axes(ax, curves)
+        style_axes(ax, curves)
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
@@ -195,26 +185,6 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
     return fig
 
 
-def _style_axes(ax, curves: list[Curve]) -> None:
-    """Integer steps; plain tick labels; a near-constant metric gets a readable y range.
-
-    Without this, bounds that sit at 0.8 +/- 1e-11 are drawn as "1e-11 + 7.999999999e-1" with
-    the rounding noise filling the panel.
-    """
-    from matplotlib.ticker import MaxNLocator
-
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.ticklabel_format(axis="y", useOffset=False)
-    values = np.concatenate([c.values for c in curves]) if curves else np.zeros(0)
-    if values.size:
-        low, high = float(values.min()), float(values.max())
-        floor = 1e-3 * max(abs(low), abs(high), 1e-9)
-        if high - low < floor:
-            center = 0.5 * (low + high)
-            pad = max(0.02 * abs(center), 1e-12)
-            ax.set_ylim(center - pad, center + pad)
-
-
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
     """Draw every `PLOTS` entry that at least one run has data for; returns name -> PNG path."""
     surges = {s.name: s.surge_step for s in comparison.summaries if s.surge_step is not None}
@@ -227,11 +197,6 @@ def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
         draw_plot(spec, panels, surges).savefig(path, pil_kwargs={"compress_level": 3})
         written[spec.name] = path
     return written
-
-
-def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
-    cells = [headers, ["---"] * len(headers), *rows]
-    return ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
 
 
 def _run_lines(comparison: Comparison) -> list[tuple[str, list[str]]]:
@@ -253,7 +218,7 @@ def render_markdown(comparison: Comparison, plots: dict[str, Path]) -> str:
     for head, notes in _run_lines(comparison):
         lines.append(f"- {head}")
         lines += [f"  - {n}" for n in notes]
-    lines += ["", "## Summary", "", *_md_table(*summary_rows(comparison)), ""]
+    lines += ["", "## Summary", "", *md_table(*summary_rows(comparison)), ""]
     lines += render_diff_markdown(comparison.recipe_diff, level=2)
     if plots:
         lines += ["## Plots", ""]
@@ -274,19 +239,11 @@ def render_diff_markdown(diff: RecipeDiff | None, level: int = 1) -> list[str]:
     lines = [f"{hashes} Recipe differences: {' vs '.join(diff.names)}", ""]
     lines += [f"> **Warning:** {w}" for w in diff.warnings]
     lines += (
-        ["", *_md_table(*diff_rows(diff))]
+        ["", *md_table(*diff_rows(diff))]
         if diff.entries
         else ["The resolved configs are identical."]
     )
     return [*lines, ""]
-
-
-def _html_table(headers: list[str], rows: list[list[str]]) -> str:
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
 _CSS = (
@@ -309,7 +266,7 @@ def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
         parts.append(
             f"<li>{e(head)}<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></li>"
         )
-    parts.append("</ul><h2>Summary</h2>" + _html_table(*summary_rows(comparison)))
+    parts.append("</ul><h2>Summary</h2>" + html_table(*summary_rows(comparison)))
     diff = comparison.recipe_diff
     parts.append("<h2>Recipe differences</h2>")
     if diff is None:
@@ -317,7 +274,7 @@ def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
     else:
         parts += [f"<p class='warn'>Warning: {e(w)}</p>" for w in diff.warnings]
         parts.append(
-            _html_table(*diff_rows(diff))
+            html_table(*diff_rows(diff))
             if diff.entries
             else "<p>The resolved configs are identical.</p>"
         )
@@ -346,7 +303,7 @@ def print_comparison(comparison: Comparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(_rich_table("BF16 vs FP8", *summary_rows(comparison)))
+    console.print(rich_table("BF16 vs FP8", *summary_rows(comparison)))
     for head, notes in _run_lines(comparison):
         console.print(f"[bold]{head}[/bold]", highlight=False)
         for note in notes:
@@ -378,14 +335,3 @@ def print_diff(diff: RecipeDiff, console=None) -> None:
             console.print(f"  {escape(e.key)}: {escape(values)}", highlight=False, soft_wrap=True)
     for warning in diff.warnings:
         console.print(f"[bold red]warning[/bold red] {escape(warning)}", highlight=False)
-
-
-def _rich_table(title: str, headers: list[str], rows: list[list[str]]):
-    from rich.table import Table
-
-    table = Table(title=title, show_lines=False)
-    for header in headers:
-        table.add_column(header, overflow="fold")
-    for row in rows:
-        table.add_row(*row)
-    return table

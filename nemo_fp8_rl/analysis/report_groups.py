@@ -21,15 +21,8 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.analysis.report import (
-    PLOTS,
-    PlotSpec,
-    _html_table,
-    _md_table,
-    _rich_table,
-    _style_axes,
-    panel_figure,
-)
+from nemo_fp8_rl.analysis.render import html_table, md_table, panel_figure, rich_table, style_axes
+from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
 EMA_ALPHA = 0.2
 SMOOTHED = (
@@ -155,7 +148,7 @@ def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
             ax.plot(b.steps, b.mean, color=color, lw=1.3, label=b.label)
             if np.isfinite(b.low).any():
                 ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
-        _style_axes(ax, [_AsCurve(b.mean[np.isfinite(b.mean)]) for b in bands])
+        style_axes(ax, [_AsCurve(b.mean[np.isfinite(b.mean)]) for b in bands])
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
@@ -256,8 +249,8 @@ def render_markdown(
     """`report.md` for grouped runs: verdicts, the interval table, per-seed values, plots."""
     lines = ["# BF16 vs FP8 comparison over seeds", "", "## Verdict", ""]
     lines += [f"- {v}" for v in comparison.verdicts]
-    lines += ["", "## Summary", "", INTRO, "", *_md_table(*table_rows(comparison)), ""]
-    lines += ["## Seeds", "", *_md_table(*seed_rows(comparison)), ""]
+    lines += ["", "## Summary", "", INTRO, "", *md_table(*table_rows(comparison)), ""]
+    lines += ["## Seeds", "", *md_table(*seed_rows(comparison)), ""]
     notes = _notes(comparison)
     if notes:
         lines += ["## Notes", "", *(f"- {n}" for n in notes), ""]
@@ -283,8 +276,8 @@ def render_html(
     )
     parts.append("<h1>BF16 vs FP8 comparison over seeds</h1><h2>Verdict</h2><ul>")
     parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts]
-    parts.append(f"</ul><h2>Summary</h2><p>{e(INTRO)}</p>" + _html_table(*table_rows(comparison)))
-    parts.append("<h2>Seeds</h2>" + _html_table(*seed_rows(comparison)))
+    parts.append(f"</ul><h2>Summary</h2><p>{e(INTRO)}</p>" + html_table(*table_rows(comparison)))
+    parts.append("<h2>Seeds</h2>" + html_table(*seed_rows(comparison)))
     notes = _notes(comparison)
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
@@ -315,7 +308,7 @@ def print_groups(comparison: GroupComparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(_rich_table("BF16 vs FP8 over seeds", *table_rows(comparison)))
+    console.print(rich_table("BF16 vs FP8 over seeds", *table_rows(comparison)))
     console.print(INTRO, highlight=False)
     for note in _notes(comparison):
         console.print(f"  [yellow]{note}[/yellow]", highlight=False)

@@ -1,0 +1,77 @@
+"""Rendering helpers both reports share: Markdown, HTML and rich tables, and matplotlib panels.
+
+Plain functions over strings and arrays; matplotlib and rich are imported only when a figure or a
+console table is drawn.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import Protocol
+
+import numpy as np
+
+
+class HasValues(Protocol):
+    """Anything drawn on a panel: a curve or a band, with the values its y range must show."""
+
+    values: np.ndarray
+
+
+def panel_figure(n: int, width: float, height: float, wspace: float):
+    """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches.
+
+    Fixed margins: constrained/tight layout would cost an extra draw per figure."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width * n, height), dpi=100)
+    fig.subplots_adjust(left=0.14 / n + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=wspace)
+    return fig, fig.subplots(1, n, squeeze=False)[0]
+
+
+def style_axes(ax, curves: Sequence[HasValues]) -> None:
+    """Integer steps; plain tick labels; a near-constant metric gets a readable y range.
+
+    Without this, bounds that sit at 0.8 +/- 1e-11 are drawn as "1e-11 + 7.999999999e-1" with
+    the rounding noise filling the panel.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.ticklabel_format(axis="y", useOffset=False)
+    values = np.concatenate([c.values for c in curves]) if curves else np.zeros(0)
+    if values.size:
+        low, high = float(values.min()), float(values.max())
+        floor = 1e-3 * max(abs(low), abs(high), 1e-9)
+        if high - low < floor:
+            center = 0.5 * (low + high)
+            pad = max(0.02 * abs(center), 1e-12)
+            ax.set_ylim(center - pad, center + pad)
+
+
+def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table, one line per row; `|` inside a cell is escaped."""
+    cells = [headers, ["---"] * len(headers), *rows]
+    return ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in cells]
+
+
+def html_table(headers: list[str], rows: list[list[str]]) -> str:
+    """An HTML table with every cell escaped."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def rich_table(title: str, headers: list[str], rows: list[list[str]]):
+    """A `rich.table.Table` for the console; long cells fold instead of being cut."""
+    from rich.table import Table
+
+    table = Table(title=title, show_lines=False)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        table.add_row(*row)
+    return table
