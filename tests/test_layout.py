@@ -1,0 +1,75 @@
+"""The package layout: one folder per stage, documented row for row, no private imports.
+
+The import layers, the independence of the two engines and the absence of cycles are checked by
+import-linter (`uv run lint-imports`, contracts in pyproject.toml); this file checks what
+import-linter cannot: what the package root holds, that README's and docs/architecture.md's tables
+list exactly the package's folders, and that no module imports another module's `_private` names.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "nemo_fp8_rl"
+SHIMS = {"__init__.py", "train.py", "eval.py", "recipes.py", "submit.py", "compare.py"}
+
+
+def top_folders() -> set[str]:
+    return {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+
+
+def test_package_root_holds_only_folders_and_command_shims() -> None:
+    modules = {p.name for p in PACKAGE.glob("*.py")}
+    assert modules <= SHIMS, f"loose modules at the package root: {sorted(modules - SHIMS)}"
+    for name in SHIMS - {"__init__.py"}:
+        tree = ast.parse((PACKAGE / name).read_text())
+        imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert imported == {f"nemo_fp8_rl.cli.{name[:-3]}"}, f"{name} is more than a shim"
+
+
+def test_readme_package_table_has_one_row_per_folder() -> None:
+    readme = (ROOT / "README.md").read_text()
+    rows = re.findall(r"^\| `nemo_fp8_rl/([a-z0-9_]+)` \|", readme, flags=re.MULTILINE)
+    assert len(rows) == len(set(rows)), f"a folder has two rows: {rows}"
+    assert set(rows) == top_folders()
+
+
+def test_architecture_map_lists_every_folder() -> None:
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    table = doc.split("## Package map", 1)[1].split("\n## ", 1)[0]
+    rows = set(re.findall(r"^\| `([a-z0-9_/]+)` \|", table, flags=re.MULTILINE))
+    engines = {f"engines/{p.name}" for p in (PACKAGE / "engines").iterdir() if p.is_dir()}
+    engines.discard("engines/__pycache__")
+    expected = top_folders() | engines | {"engines/nemo/preflight"}
+    assert rows == expected
+
+
+def private_imports(path: Path, base: Path = ROOT) -> list[str]:
+    """`from nemo_fp8_rl.x import _name` in `path`, as 'file:line module._name' (file from `base`)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("nemo_fp8_rl"):
+            for alias in node.names:
+                if alias.name.startswith("_") and not alias.name.startswith("__"):
+                    found.append(
+                        f"{path.relative_to(base)}:{node.lineno} {node.module}.{alias.name}"
+                    )
+    return found
+
+
+def test_no_module_imports_another_modules_private_names() -> None:
+    found = [hit for path in sorted(PACKAGE.rglob("*.py")) for hit in private_imports(path)]
+    assert found == []
+
+
+def test_private_import_check_finds_one(tmp_path: Path) -> None:
+    """The check above can fail: a private import in a file under the tree is found."""
+    probe = ROOT / "nemo_fp8_rl" / "analysis" / "render.py"
+    text = probe.read_text() + "\nfrom nemo_fp8_rl.analysis.report import _run_lines\n"
+    copy = tmp_path / "render.py"
+    copy.write_text(text)
+    hits = [h for h in private_imports(copy, tmp_path) if h.endswith("report._run_lines")]
+    assert len(hits) == 1
