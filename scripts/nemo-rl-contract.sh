@@ -61,7 +61,7 @@ VIRTUAL_ENV="$ENV_DIR" uv pip install --quiet \
   torch pydantic requests pillow "transformers<5.12" ray pyzmq nvidia-ml-py uvicorn fastapi \
   mlflow swanlab wandb prometheus_client tensorboard hydra-core torchdata datasets soundfile \
   tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.19.2" pytest hypothesis \
-  math-verify
+  math-verify "accelerate>=0.26"
 
 echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
 cd "$REPO"
