@@ -59,7 +59,7 @@ def _fill(text: str, ws: Path) -> str:
     return text.replace("{ws}", str(ws))
 
 
-def _prepare(case: Case, tmp_path: Path, hf_source, monkeypatch) -> tuple[Path, list[str]]:
+def prepare_case(case: Case, tmp_path: Path, hf_source, monkeypatch) -> tuple[Path, list[str]]:
     ws = tmp_path / "ws"
     ws.mkdir()
     if case.setup is not None:
@@ -70,7 +70,7 @@ def _prepare(case: Case, tmp_path: Path, hf_source, monkeypatch) -> tuple[Path, 
     return ws, [_fill(a, ws) for a in case.argv]
 
 
-def _check_output(case: Case, code: int, out: str, err: str, ws: Path) -> None:
+def check_case_output(case: Case, code: int, out: str, err: str, ws: Path) -> None:
     assert "Traceback" not in out + err, err
     assert "internal error" not in err, err
     assert code == case.code, (
@@ -85,11 +85,11 @@ def _check_output(case: Case, code: int, out: str, err: str, ws: Path) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_catalogue(case: Case, tmp_path, hf_source, monkeypatch, capsys) -> None:
-    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+    ws, argv = prepare_case(case, tmp_path, hf_source, monkeypatch)
     before = tree_state(ws)
     code = invoke(MAINS[case.command], argv, prog=f"nemo_fp8_rl.{case.command}")
     captured = capsys.readouterr()
-    _check_output(case, code, captured.out, captured.err, ws)
+    check_case_output(case, code, captured.out, captured.err, ws)
     if not case.changes:
         assert tree_state(ws) == before, "the command changed files although it failed"
     assert not Path("/recipe.yaml").exists()
@@ -100,13 +100,13 @@ SUBPROCESS = [c for c in CASES if c.subprocess]
 
 @pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
 def test_console_script_prints_no_traceback(case: Case, tmp_path, hf_source, monkeypatch) -> None:
-    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+    ws, argv = prepare_case(case, tmp_path, hf_source, monkeypatch)
     before = tree_state(ws)
     script = Path(sys.executable).parent / f"nemo_fp8_rl.{case.command}"
     proc = subprocess.run(
         [str(script), *argv], capture_output=True, text=True, timeout=120, env=dict(os.environ)
     )
-    _check_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
+    check_case_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
     assert tree_state(ws) == before
 
 
