@@ -21,6 +21,12 @@ from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.names import hf_to_engine
 from nemo_fp8_rl.refit.plan import RefitPlan
 from nemo_fp8_rl.refit.safe_output import ExportError, check_target, write_swapped
+from nemo_fp8_rl.refit.source import (
+    check_architecture,
+    check_index,
+    check_shapes,
+    checkpoint_files,
+)
 from nemo_fp8_rl.refit.stream import stream_refit
 
 NamedTensor = tuple[str, torch.Tensor]
@@ -89,15 +95,6 @@ def engine_config(config: Mapping[str, Any], plan: RefitPlan) -> dict[str, Any]:
     return result
 
 
-def _safetensors_files(src: Path) -> list[Path]:
-    files = sorted(Path(src).glob("*.safetensors"))
-    if not files:
-        raise ExportError(
-            src, "no *.safetensors files", "convert .bin checkpoints to safetensors first", 2
-        )
-    return files
-
-
 def _unreadable(file: Path, exc: Exception) -> ExportError:
     return ExportError(
         file,
@@ -110,7 +107,7 @@ def read_hf_checkpoint(src: str | Path) -> Iterator[NamedTensor]:
     """Stream the tensors of an HF safetensors checkpoint directory one at a time."""
     from safetensors import safe_open
 
-    for file in _safetensors_files(Path(src)):
+    for file in checkpoint_files(Path(src)):
         try:
             with safe_open(file, framework="pt") as f:
                 names = list(f.keys())
@@ -124,17 +121,21 @@ def read_hf_checkpoint(src: str | Path) -> Iterator[NamedTensor]:
 
 
 def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
-    """HF names → shapes of a safetensors checkpoint, read from headers only."""
+    """HF names → shapes of a safetensors checkpoint, read from headers only; the shards must
+    be exactly those its index names, holding exactly the tensors it names (`source`)."""
     from safetensors import safe_open
 
     shapes: dict[str, tuple[int, ...]] = {}
-    for file in _safetensors_files(Path(src)):
+    found: dict[str, str] = {}
+    for file in checkpoint_files(Path(src)):
         try:
             with safe_open(file, framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118
                     shapes[name] = tuple(f.get_slice(name).get_shape())
+                    found[name] = file.name
         except Exception as exc:  # noqa: BLE001 (safetensors raises its own error type)
             raise _unreadable(file, exc) from exc
+    check_index(Path(src), found)
     return shapes
 
 
@@ -164,7 +165,9 @@ def convert_checkpoint(
 ) -> RefitPlan:
     """Convert a BF16 HF checkpoint directory into the engine's FP8 layout; return the plan used.
 
-    Tokenizer and generation files are copied; the plan comes from the recipe's NeMo RL keys
+    The source is checked first (`source`: every shard its index names, an architecture the
+    bridge maps, a `config.json` that describes the tensors). Tokenizer and generation files
+    are copied; the plan comes from the recipe's NeMo RL keys
     (`RefitPlan.from_config`, with shapes so misaligned fused modules stay BF16). The export is
     built beside `out_dir` and swapped in only when complete and verified (`safe_output`); an
     `ExportError` names the file and what to do, and leaves `out_dir` as it was.
@@ -179,8 +182,10 @@ def convert_checkpoint(
             out, "is the source checkpoint (or inside it)", "export to another folder", 2
         )
     config = _read_config(src)
+    check_architecture(config, src / "config.json")
     check_target(out, _SIDE_FILES)
     shapes = dict(hf_shapes(checkpoint_shapes(src)))
+    check_shapes(config, shapes, src / "config.json")
     plan = RefitPlan.from_config(recipe_config, shapes)
 
     def write(tmp: Path) -> None:

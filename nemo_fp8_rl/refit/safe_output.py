@@ -5,7 +5,9 @@ files an export does not write, is refused before anything is written; the new e
 in `.<name>.tmp-*` beside the target, verified (every shard opens, the index names exactly the
 tensors in the shards, `config.json` parses), and only then renamed into place, the previous
 export (if any) being moved aside first and deleted last. A failure at any point leaves the
-target as it was.
+target as it was. The export is readable like any checkpoint: its folders get mode
+`0o777 & ~umask` and its files `0o666 & ~umask` (0755 and 0644 under the usual umask 022), not
+the private 0700/0600 of the temporary folder and of the safetensors writer.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
     try:
         write(tmp)
         verify_export(tmp)
+        publish_modes(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -72,6 +75,20 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def current_umask() -> int:
+    """The process umask (read by setting it and restoring it at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def publish_modes(folder: Path) -> None:
+    """Give `folder` and everything below it the modes a new folder and file get under the umask."""
+    mask = current_umask()
+    for path in [folder, *folder.rglob("*")]:
+        path.chmod((0o777 if path.is_dir() else 0o666) & ~mask)
 
 
 def verify_export(folder: Path) -> None:
