@@ -151,6 +151,12 @@ class RefitConfig(_Section):
     bridge: Literal["nemo", "project"] = "nemo"
     bucket_size_mb: int = Field(256, ge=1)
     verify: bool = True
+    quantize_on: Literal["generator", "trainer"] = Field(
+        "generator",
+        description="NeMo RL engine, FP8 rollout: where FP8 weights are quantized at refit. "
+        "generator: NeMo RL's vLLM worker quantizes the BF16 weights it receives; trainer: the "
+        "Megatron worker sends (E4M3, scale_inv) pairs that vLLM loads as they are",
+    )
 
 
 class SlurmConfig(_Section):
