@@ -53,6 +53,7 @@ ABSENT = "<absent>"
 
 TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
 DEFAULT_TOLERANCE_POINTS = 2.0
+STEP_TIME = "timing/train/total_step_time"
 
 
 # --------------------------------------------------------------------------- recipe diff
@@ -289,6 +290,23 @@ def align(runs: Sequence[RunData], metric: str) -> tuple[np.ndarray, np.ndarray]
     return steps, table
 
 
+def speed_unknown_reason(reference: RunData, run: RunData) -> str:
+    """Why `speedup(reference, run)` is NaN: which run lacks timing, or how many of its step
+    times are not finite (the speedup needs two finite ones, the first being warm-up)."""
+    for r in (run, reference):
+        series, _ = r.find(STEP_TIME)
+        if series is None:
+            return f"{r.name} logged no {STEP_TIME}"
+        n = len(series)
+        finite = int(np.count_nonzero(np.isfinite(series.values)))
+        if finite < 2:
+            return (
+                f"{r.name}: {STEP_TIME} has {finite} finite of {n} points, {n - finite} NaN or "
+                "infinite (the speedup needs 2, the first being warm-up)"
+            )
+    return f"{STEP_TIME} is not positive"
+
+
 def speedup(reference: RunData, run: RunData) -> float:
     """Mean step time of `reference` over that of `run`, on the steps both logged (first one dropped).
 
@@ -332,8 +350,10 @@ def verdict(
     gap: tuple[float, str, int] | None,
     speed: float,
     tolerance_points: float,
+    no_speed: str = f"no {STEP_TIME}",
 ) -> str:
-    """One line: accuracy against the reference, speed, and entropy health of one run."""
+    """One line: accuracy against the reference, speed (or why it is unknown: `no_speed`), and
+    entropy health of one run."""
     ref = "BF16" if reference.precision == "bf16" else reference.name
     if gap is None:
         accuracy = (
@@ -345,7 +365,7 @@ def verdict(
         side = "above" if gap[0] > 0 else "below"
         accuracy = f"{abs(gap[0]):.1f} points {side} {ref} ({gap[1]}, step {gap[2]})"
     pace = (
-        "speed unknown (no timing/train/total_step_time)"
+        f"speed unknown ({no_speed})"
         if not np.isfinite(speed)
         else (f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower")
     )
@@ -382,7 +402,12 @@ def compare_runs(
     ref = _reference_index(summaries)
     verdicts = [
         verdict(
-            summaries[ref], s, accuracy_gap(runs[ref], r), speedup(runs[ref], r), tolerance_points
+            summaries[ref],
+            s,
+            accuracy_gap(runs[ref], r),
+            speedup(runs[ref], r),
+            tolerance_points,
+            speed_unknown_reason(runs[ref], r),
         )
         for i, (r, s) in enumerate(zip(runs, summaries, strict=True))
         if i != ref and s.precision != "bf16"

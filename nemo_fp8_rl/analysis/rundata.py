@@ -308,7 +308,26 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
         name or root.name, root, metrics, jsonl_files + event_files, config, notes + config_notes
     )
     _note_progress(run)
+    note = non_finite_note(run)
+    if note:
+        run.notes.append(note)
     return run
+
+
+def non_finite_note(run: RunData) -> str | None:
+    """One note naming every metric with NaN, infinite or null points and how many of its
+    points they are (summaries, verdicts and plots use the finite points only); None if none."""
+    counts = {
+        name: (int(np.count_nonzero(~np.isfinite(s.values))), len(s))
+        for name, s in sorted(run.metrics.items())
+    }
+    bad = [f"{name} ({n} of {total})" for name, (n, total) in counts.items() if n]
+    if not bad:
+        return None
+    return (
+        f"{run.name}: {len(bad)} metric(s) hold NaN, infinite or null points, left out of every "
+        f"summary, verdict and plot: {', '.join(bad)}"
+    )
 
 
 def _note_progress(run: RunData) -> None:

@@ -5,7 +5,9 @@
   the precision groups. Trailing `dotted.key=value` overrides apply to every recipe.
 - Runs (run directories, NeMo RL log directories, `metrics.jsonl` or event files): a summary
   table and one verdict per FP8 run in the terminal, plus `report.md`, `report.html` and PNG
-  plots in `--out` (default `results/compare-<first>-vs-<second>`).
+  plots in `--out` (default `results/compare-<name>-vs-<name>...-<hash of the inputs>`, one
+  folder per comparison; `inputs.json` there records what it holds, and a folder holding
+  another comparison or files compare did not write is refused unless `--overwrite`).
 - Runs of one recipe over several seeds (`runs/<name>/seed-<k>`, from `train --seeds`; give the
   recipe's folder `runs/<name>` or the seed folders themselves): grouped by recipe, with mean and
   95 % bootstrap interval per metric, differences paired by seed, verdicts that say "within
@@ -16,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -75,18 +78,25 @@ def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | 
     return None
 
 
-def compare_recipes(refs: list[str], overrides: list[str], out: Path | None) -> int:
+def compare_recipes(
+    refs: list[str], overrides: list[str], out: Path | None, overwrite: bool = False
+) -> int:
     """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
     from nemo_fp8_rl.analysis.compare import diff_configs
     from nemo_fp8_rl.analysis.report import print_diff, render_diff_markdown
+    from nemo_fp8_rl.analysis.report_folder import claim
     from nemo_fp8_rl.config import load_recipe, short_name
 
     recipes = [load_recipe(ref, overrides) for ref in refs]
     diff = diff_configs([short_name(r.path) for r in recipes], [r.config for r in recipes])
+    folder = None
+    if out is not None:  # claimed before anything is printed or written
+        inputs = [str(Path(r.path).resolve()) for r in recipes] + list(overrides)
+        folder = claim(out, "recipes", inputs, overwrite=overwrite)
     print_diff(diff)
-    if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
+    if folder is not None:
         (out / "recipes.md").write_text("\n".join(render_diff_markdown(diff)), encoding="utf-8")
+        folder.record()
         print(f"wrote {out / 'recipes.md'}")
     return 0
 
@@ -104,39 +114,49 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
     return paths
 
 
-def compare_run_dirs(items: list[str], out: Path | None, plots: bool, tolerance: float) -> int:
-    """Read the runs, print the table and verdicts, write the report files."""
+def compare_run_dirs(
+    items: list[str], out: Path | None, plots: bool, tolerance: float, overwrite: bool = False
+) -> int:
+    """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
+    table and verdicts, write the report files."""
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.analysis.report import print_comparison, write_report
+    from nemo_fp8_rl.analysis.report_folder import claim, default_folder, input_path
     from nemo_fp8_rl.analysis.rundata import load_run
+    from nemo_fp8_rl.evals import table
 
     start = time.perf_counter()
     paths = expand_seed_groups(items)
     runs = [load_run(p, name) for p, name in zip(paths, _unique_names(paths), strict=True)]
-    groups = None
-    if len(group_runs(runs)) >= 2:  # runs of one recipe only: compared run by run
-        groups = compare_groups(runs, tolerance_points=tolerance)
-        if not groups.single_runs:
-            return _write_grouped(groups, runs, out, plots, tolerance, start)
-    comparison = compare_runs(runs, tolerance_points=tolerance)
-    if groups is not None:
-        comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
-    print_comparison(comparison)
-    out = out or Path("results") / f"compare-{runs[0].name}-vs-{runs[1].name}".replace("/", "_")
-    files = write_report(comparison, out, plots=plots)
-    print(
-        f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots) in {time.perf_counter() - start:.2f} s"
-    )
-    compare_evaluations([p if p.is_dir() else p.parent for p in paths], out)
+    evaluations = table.collect([p if p.is_dir() else p.parent for p in paths])
+    recipes = group_runs(runs)  # runs of one recipe only: compared run by run
+    grouped = len(recipes) >= 2 and any(len(g.runs) > 1 for g in recipes)
+    names = [g.name for g in recipes] if grouped else [r.name for r in runs]
+    inputs = [input_path(i) for i in items]
+    out = out or default_folder(names, inputs, "runs")
+    folder = claim(out, "runs", inputs, [input_path(p) for p in paths], overwrite)
+    if grouped:
+        _write_grouped(
+            compare_groups(runs, tolerance_points=tolerance), runs, out, plots, tolerance
+        )
+    else:
+        comparison = compare_runs(runs, tolerance_points=tolerance)
+        if len(recipes) >= 2:
+            comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
+        print_comparison(comparison)
+        files = write_report(comparison, out, plots=plots)
+        print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
+    write_evaluations(evaluations, out)
+    folder.record()
+    print(f"done in {time.perf_counter() - start:.2f} s; {out / 'inputs.json'} records the inputs")
     return 0
 
 
-def compare_evaluations(run_dirs: list[Path], out: Path) -> None:
+def write_evaluations(tables: list, out: Path) -> None:
     """Benchmark tables (BF16 vs each FP8 arm, last and best) when the runs were evaluated."""
     from nemo_fp8_rl.evals import table
 
-    tables = table.collect(run_dirs)
     if not tables:
         print("no evaluations (runs/<name>/eval/*.json): run nemo_fp8_rl.eval --run <run> first")
         return
@@ -145,9 +165,7 @@ def compare_evaluations(run_dirs: list[Path], out: Path) -> None:
     print(f"wrote {out / 'evaluation.md'}")
 
 
-def _write_grouped(
-    groups, runs, out: Path | None, plots: bool, tolerance: float, start: float
-) -> int:
+def _write_grouped(groups, runs, out: Path, plots: bool, tolerance: float) -> None:
     """Grouped runs: the interval table and verdicts; report in `out`, per-run report in `out/runs`."""
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.report import write_report
@@ -155,13 +173,20 @@ def _write_grouped(
     from nemo_fp8_rl.analysis.report_groups import write_report as write_group_report
 
     print_groups(groups)
-    names = [g.name for g in groups.groups]
-    out = out or Path("results") / f"compare-{names[0]}-vs-{names[1]}".replace("/", "_")
     write_report(compare_runs(runs, tolerance_points=tolerance), out / "runs", plots=False)
     md, page, pngs = write_group_report(groups, out, plots=plots, runs_report="runs/report.md")
-    print(f"wrote {md} and {page} ({len(pngs)} plots) in {time.perf_counter() - start:.2f} s")
-    compare_evaluations([r.path for r in runs], out)
-    return 0
+    print(f"wrote {md} and {page} ({len(pngs)} plots)")
+
+
+def _tolerance(text: str) -> float:
+    """`--tolerance-points`: a finite number of points, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number >= 0, got {text!r}")
+    return value
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,11 +205,18 @@ def main(argv: list[str] | None = None) -> int:
         metavar="RUN|RECIPE|key=value",
         help="two or more runs or recipes, then overrides (recipes only)",
     )
-    parser.add_argument("--out", type=Path, default=None, help="report directory")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="report folder (default: named after the inputs)"
+    )
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="write into an --out folder that holds another comparison or other files",
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
     parser.add_argument(
         "--tolerance-points",
-        type=float,
+        type=_tolerance,
         default=DEFAULT_TOLERANCE_POINTS,
         help="accuracy gap (points) still called a match",
     )
@@ -214,8 +246,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if not is_runs:
-            return compare_recipes(targets, overrides, args.out)
-        return compare_run_dirs(targets, args.out, not args.no_plots, args.tolerance_points)
+            return compare_recipes(targets, overrides, args.out, args.overwrite)
+        plots = not args.no_plots
+        return compare_run_dirs(targets, args.out, plots, args.tolerance_points, args.overwrite)
     except (RunReadError, ValueError) as exc:  # RecipeError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 FORMAT = 1
 
 
@@ -105,19 +107,34 @@ def write_result(result: EvalResult, run_dir: Path) -> Path:
     return paths[0]
 
 
-class EvalReadError(ValueError):
-    """An evaluation file is missing or malformed; the message names it."""
+class EvalReadError(UsageError):
+    """An evaluation file is unreadable or malformed; the message names it (exit code 2)."""
+
+
+_REREAD = "re-run nemo_fp8_rl.eval for this checkpoint, or move the file out of eval/"
 
 
 def read_result(path: Path) -> dict[str, Any]:
-    """Load and check one result file (the dict as written)."""
+    """Load and check one result file (the dict as written): an object with `suite`, `run`,
+    `checkpoint` (`selector`, `step`) and `benchmarks` (name -> object with a numeric `score`)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise EvalReadError(f"{path}: cannot read an evaluation result ({exc})") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EvalReadError(path, f"cannot read an evaluation result ({exc})", _REREAD) from None
+    if not isinstance(data, dict):
+        what = f"a JSON {type(data).__name__}, not an object"
+        raise EvalReadError(path, f"not an evaluation result ({what})", _REREAD)
     for key in ("suite", "run", "checkpoint", "benchmarks"):
         if key not in data:
-            raise EvalReadError(f"{path}: not an evaluation result (no {key!r}); re-run eval")
+            raise EvalReadError(path, f"not an evaluation result (no {key!r})", _REREAD)
+    checkpoint, benchmarks = data["checkpoint"], data["benchmarks"]
+    if not isinstance(checkpoint, dict) or not {"selector", "step"} <= checkpoint.keys():
+        raise EvalReadError(path, "checkpoint: expected an object with selector and step", _REREAD)
+    scores_ok = isinstance(benchmarks, dict) and all(
+        isinstance(b, dict) and isinstance(b.get("score"), int | float) for b in benchmarks.values()
+    )
+    if not scores_ok:
+        raise EvalReadError(path, "benchmarks: expected name -> {score, ...}", _REREAD)
     return data
 
 
