@@ -10,6 +10,7 @@ from typing import Any
 
 from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
+from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
 
 Rule = Callable[[dict, dict[str, str]], list[ConfigIssue]]
@@ -386,6 +387,7 @@ RULES: tuple[Rule, ...] = (
     tensor_parallel_batches,
     cpu_supported_features,
     parallel_sizes_divide_cluster,
+    quantize_on_trainer,
 )
 
 
