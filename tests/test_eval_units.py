@@ -10,7 +10,14 @@ import pytest
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.evals import checkpoints, nemo, table
 from nemo_fp8_rl.evals.results import BenchmarkScore, EvalResult, write_result
-from nemo_fp8_rl.evals.suites import ADDITION, MATH8, get_suite, missing_in_nemo_rl, nemo_dataset
+from nemo_fp8_rl.evals.suites import (
+    ADDITION,
+    MATH8,
+    SuiteError,
+    get_suite,
+    missing_in_nemo_rl,
+    nemo_dataset,
+)
 
 
 def _local_ckpts(root, scores):
@@ -57,7 +64,7 @@ def test_nemo_selection_and_megatron_weights(tmp_path):
 
 def test_suites():
     assert get_suite(None, "local") is ADDITION and get_suite(None, "nemo") is MATH8
-    with pytest.raises(ValueError, match="unknown suite"):
+    with pytest.raises(SuiteError, match="unknown suite"):
         get_suite("gsm8k", "nemo")
     assert missing_in_nemo_rl(MATH8) == {
         "v0.7.0": ["amc23", "amc24", "gaokao2023en", "minerva", "olympiadbench"],

@@ -14,24 +14,13 @@ import dataclasses
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-import yaml
-
-from nemo_fp8_rl.cli.common import run_main
-from nemo_fp8_rl.evals.checkpoints import CheckpointError, select_local, select_nemo
+from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.evals.request import check_request, read_run_config
 from nemo_fp8_rl.evals.results import EvalResult, write_result
-from nemo_fp8_rl.evals.suites import SuiteError, get_suite
 
-
-def read_run_config(run_dir: Path) -> dict[str, Any]:
-    """The run's resolved recipe (`recipe.yaml`, written by both engines when the run starts)."""
-    path = run_dir / "recipe.yaml"
-    if not path.is_file():
-        raise CheckpointError(
-            f"{path} not found: {run_dir} is not a run directory (nemo_fp8_rl.train writes it)"
-        )
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+__all__ = ["evaluate_run", "main", "read_run_config"]
 
 
 def evaluate_run(
@@ -41,31 +30,34 @@ def evaluate_run(
     data_dir: Path | None = None,
     num_problems: int | None = None,
 ) -> Path:
-    """Select, evaluate, write; returns the result file."""
+    """Check every argument (`evals.request`), then evaluate and write; returns the result file."""
     from nemo_fp8_rl.analysis.compare import precision_of
 
-    config = read_run_config(run_dir)
-    engine = "local" if config["cluster"]["gpus_per_node"] == 0 else "nemo"
-    suite = get_suite(suite_name, engine)
-    if num_problems is not None and engine == "local":
+    request = check_request(run_dir, checkpoint, suite_name, data_dir)
+    config, engine, suite, selection = (
+        request.config,
+        request.engine,
+        request.suite,
+        request.selection,
+    )
+    if num_problems is not None:
+        if engine != "local":
+            raise UsageError(
+                f"--num-problems {num_problems}",
+                f"sets the size of the CPU suite; {suite.name} has fixed benchmarks",
+                "leave --num-problems out",
+            )
         suite = dataclasses.replace(suite, num_problems=num_problems)
     t0 = time.perf_counter()
     missing: dict[str, str] = {}
+    print(f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}")
     if engine == "local":
         from nemo_fp8_rl.evals import local
 
-        selection = select_local(run_dir, checkpoint)
-        print(
-            f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}"
-        )
         scores, sampling = local.evaluate(run_dir, config, selection, suite)
     else:
         from nemo_fp8_rl.evals import nemo
 
-        selection = select_nemo(run_dir, checkpoint, config["checkpointing"])
-        print(
-            f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}"
-        )
         scores, sampling, missing = nemo.evaluate(run_dir, config, selection, suite, data_dir)
     result = EvalResult(
         suite=suite.name,
@@ -89,9 +81,20 @@ def evaluate_run(
     return path
 
 
+def _positive(text: str) -> int:
+    """A whole number >= 1 (`--num-problems`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and evaluate; returns the exit code."""
-    p = argparse.ArgumentParser(
+    p = ArgumentParser(
         prog="nemo_fp8_rl.eval",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -103,14 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         "--data-dir", type=Path, default=None, help="JSONL files for benchmarks NeMo RL lacks"
     )
     p.add_argument(
-        "--num-problems", type=int, default=None, help="CPU suite: problems per benchmark (256)"
+        "--num-problems",
+        type=_positive,
+        default=None,
+        help="CPU suite: problems per benchmark (256)",
     )
     args = p.parse_args(argv)
-    try:
+    try:  # a bad argument or run (UserError) is reported by `invoke`, exit code 2
         evaluate_run(args.run, args.checkpoint, args.suite, args.data_dir, args.num_problems)
-    except (CheckpointError, SuiteError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except RuntimeError as exc:  # NemoEvalError: NeMo RL's tools failed or are missing
         print(f"error: {exc}", file=sys.stderr)
         return 1

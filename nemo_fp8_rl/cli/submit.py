@@ -114,17 +114,19 @@ def run_submit_eval(args: argparse.Namespace) -> int:
     """Render (and submit) a one-node job that runs `nemo_fp8_rl.eval` on the run."""
     from types import SimpleNamespace
 
-    from nemo_fp8_rl.cli.eval import read_run_config
+    from nemo_fp8_rl.evals.request import check_request
 
     run_dir = args.eval.absolute()
-    config = read_run_config(run_dir)
+    data_dir = Path(args.data_dir).absolute() if args.data_dir else None
+    # the checks `nemo_fp8_rl.eval` makes, before a job is written or submitted (or dry-run)
+    config = check_request(run_dir, args.checkpoint, args.suite, data_dir).config
     config["cluster"] = {**config["cluster"], "num_nodes": 1}  # evaluation runs on one node
     job = SimpleNamespace(config=config, name=f"eval-{run_dir.name}", run_dir=run_dir)
     flags = {
         **_job_flags(args),
         "eval_checkpoint": args.checkpoint,
         "eval_suite": args.suite,
-        "eval_data_dir": str(Path(args.data_dir).absolute()) if args.data_dir else None,
+        "eval_data_dir": str(data_dir) if data_dir else None,
     }
     spec = build_job_spec(job, run_dir / "recipe.yaml", flags=flags)
     script = render_sbatch(spec, args.template)

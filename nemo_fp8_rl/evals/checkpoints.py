@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 _STEP = re.compile(r"step_(\d+)")
 BIAS = (
     "best = the highest validation score among {n} kept checkpoint(s) (metric {metric}); the "
@@ -28,8 +30,8 @@ BIAS = (
 )
 
 
-class CheckpointError(ValueError):
-    """No such checkpoint; the message lists what the run has."""
+class CheckpointError(UsageError):
+    """No such checkpoint, or none that can be chosen; the message lists what the run has."""
 
 
 @dataclass(frozen=True)
@@ -59,14 +61,45 @@ class Selection:
         }
 
 
-def _steps(root: Path, info_file: str) -> dict[int, dict[str, Any]]:
-    """`{step: info}` of the complete `step_<k>` directories under `root`."""
-    out = {}
+def _steps(root: Path, info_file: str) -> tuple[dict[int, dict[str, Any]], dict[int, str]]:
+    """`{step: info}` of the complete `step_<k>` directories under `root`, and `{step: what is
+    wrong}` for those whose info file does not read as a JSON object."""
+    out: dict[int, dict[str, Any]] = {}
+    bad: dict[int, str] = {}
     for d in root.glob("step_*") if root.is_dir() else []:
         m = _STEP.fullmatch(d.name)
-        if m and (d / info_file).is_file():
-            out[int(m.group(1))] = json.loads((d / info_file).read_text(encoding="utf-8"))
-    return out
+        if not (m and (d / info_file).is_file()):
+            continue
+        try:
+            info = json.loads((d / info_file).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            bad[int(m.group(1))] = f"not valid JSON ({exc})"
+            continue
+        if isinstance(info, dict):
+            out[int(m.group(1))] = info
+        else:
+            bad[int(m.group(1))] = f"not a JSON object (got {type(info).__name__})"
+    return out, bad
+
+
+def _refuse_unreadable(
+    selector: str, infos: dict[int, dict[str, Any]], bad: dict[int, str], root: Path, info: str
+) -> None:
+    """A selection that depends on an unreadable info file is refused, naming the file."""
+    have = ", ".join(f"step_{s}" for s in sorted(infos)) or "none"
+    fix = f"restore the file, or pick a readable checkpoint with --checkpoint step_N (has: {have})"
+    m = _STEP.fullmatch(selector)
+    if m and int(m.group(1)) in bad:
+        step = int(m.group(1))
+        raise CheckpointError(root / f"step_{step}" / info, bad[step], fix)
+    if selector == "last" and bad and max(bad) > max(infos, default=-1):
+        step = max(bad)
+        what = f"{bad[step]}; it is the newest checkpoint, so last cannot be chosen"
+        raise CheckpointError(root / f"step_{step}" / info, what, fix)
+    if selector == "best" and bad:
+        step = min(bad)
+        what = f"cannot rank the checkpoints: step_{step}/{info} is {bad[step]}"
+        raise CheckpointError(root, what, fix)
 
 
 def _pick(
@@ -76,38 +109,50 @@ def _pick(
     have = ", ".join(f"step_{s}" for s in sorted(infos)) or "none"
     if selector == "last":
         if not infos:
-            raise CheckpointError(f"{root}: no complete checkpoint (step_*) to evaluate")
+            raise CheckpointError(
+                root, "no complete checkpoint (step_*) to evaluate", "train the run first"
+            )
         step = max(infos)
         return step, infos[step].get(metric), None
     if selector == "best":
         scored = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
         if not scored:
             raise CheckpointError(
-                f"{root}: no checkpoint records {metric} (checkpoints: {have}). Fix: use "
-                "--checkpoint last, or validate on save steps (grpo.val_period)"
+                root,
+                f"no checkpoint records {metric} (checkpoints: {have})",
+                "use --checkpoint last, or validate on save steps (grpo.val_period)",
             )
         step = max(scored, key=lambda s: (scored[s], s))  # NeMo RL's tie-break: latest
         return step, scored[step], BIAS.format(n=len(scored), metric=metric, overlap=overlap)
     m = _STEP.fullmatch(selector)
     if not m:
         raise CheckpointError(
-            f"--checkpoint {selector}: expected last, best or step_N (e.g. step_100)"
+            f"--checkpoint {selector}",
+            "expected last, best or step_N",
+            "e.g. --checkpoint step_100",
         )
     step = int(m.group(1))
     if step not in infos:
-        raise CheckpointError(f"--checkpoint {selector}: {root} has no {selector} (has: {have})")
+        raise CheckpointError(
+            f"--checkpoint {selector}",
+            f"{root} has no {selector} (has: {have})",
+            "pick one of the checkpoints it has, or last or best",
+        )
     return step, infos[step].get(metric), None
 
 
 def select_local(run_dir: Path, selector: str) -> Selection:
     """A checkpoint of an embedded-engine run (`step_0`: the policy before GRPO, `model/`)."""
     root = run_dir / "checkpoints"
-    infos = _steps(root, "info.json")
+    infos, bad = _steps(root, "info.json")
     metric = "validation/accuracy"
-    if selector == "step_0" and 0 not in infos:
+    if selector == "step_0" and 0 not in infos and 0 not in bad:
         if not (run_dir / "model" / "config.json").is_file():
-            raise CheckpointError(f"{run_dir}/model: no initial policy (was the run started?)")
+            raise CheckpointError(
+                run_dir / "model", "no initial policy (was the run started?)", "train the run"
+            )
         return Selection("step_0", 0, run_dir / "model", metric)
+    _refuse_unreadable(selector, infos, bad, root, "info.json")
     step, value, bias = _pick(selector, infos, metric, root, "the validation split")
     scores = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
     return Selection(
@@ -119,7 +164,8 @@ def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> 
     """A checkpoint of a NeMo RL run; last and best through NeMo RL's `CheckpointManager`."""
     root = run_dir / "checkpoints"  # checkpointing.checkpoint_dir derives from the run dir
     metric = checkpointing.get("metric_name") or "val:accuracy"
-    infos = _steps(root, "training_info.json")
+    infos, bad = _steps(root, "training_info.json")
+    _refuse_unreadable(selector, infos, bad, root, "training_info.json")
     step, value, bias = _pick(selector, infos, metric, root, "AIME 2024 in these recipes")
     if selector in ("last", "best"):
         try:
@@ -147,7 +193,8 @@ def megatron_weights(checkpoint: Path) -> Path:
     iters = sorted(weights.glob("iter_*"))
     if not iters:
         raise CheckpointError(
-            f"{weights}: no iter_* directory (a Megatron checkpoint); was the run trained with "
-            "policy.megatron_cfg.enabled: true?"
+            weights,
+            "no iter_* directory (a Megatron checkpoint)",
+            "evaluate a run trained with policy.megatron_cfg.enabled: true",
         )
     return iters[-1]

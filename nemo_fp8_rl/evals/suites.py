@@ -23,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 
 @dataclass(frozen=True)
 class Benchmark:
@@ -83,21 +85,22 @@ SUITES = {s.name: s for s in (MATH8, ADDITION)}
 DEFAULT_SUITE = {"nemo": "math8", "local": "addition"}
 
 
-class SuiteError(ValueError):
-    """Unknown suite, or a suite the run's engine cannot evaluate."""
+class SuiteError(UsageError):
+    """Unknown suite, or a suite the run's engine cannot evaluate (exit code 2)."""
 
 
 def get_suite(name: str | None, engine: str) -> Suite:
     """The suite `name` (default: the engine's), checked against the engine."""
     name = name or DEFAULT_SUITE[engine]
     if name not in SUITES:
-        raise SuiteError(f"--suite {name}: unknown suite. Fix: use one of {', '.join(SUITES)}")
+        raise SuiteError(f"--suite {name}", "unknown suite", f"use one of {', '.join(SUITES)}")
     suite = SUITES[name]
     if suite.engine != engine:
         kind = "CPU (embedded engine)" if engine == "local" else "GPU (NeMo RL)"
         raise SuiteError(
-            f"--suite {name} is for {suite.engine} runs, but this is a {kind} run. "
-            f"Fix: use --suite {DEFAULT_SUITE[engine]}"
+            f"--suite {name}",
+            f"is for {suite.engine} runs, but this is a {kind} run",
+            f"use --suite {DEFAULT_SUITE[engine]}",
         )
     return suite
 
