@@ -27,13 +27,22 @@ REPO = Path(__file__).resolve().parents[1]
 skip_without_nemo_rl = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
 
 
-def test_worker_class_path_names_the_worker_class() -> None:
+@pytest.mark.parametrize(
+    "fqn",
+    [WORKER_FQN, worker_env.TRAINER_FP8_WORKER_FQN, worker_env.GENERATION_WORKER_FQN],
+)
+def test_worker_class_path_names_a_ray_actor_class(fqn: str) -> None:
     import ast
 
-    module, cls = WORKER_FQN.rsplit(".", 1)
-    source = Path(worker_env.__file__).with_name("worker.py").read_text()
-    classes = [n.name for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
-    assert module == "nemo_fp8_rl.engines.nemo.worker" and classes == [cls]
+    module, cls = fqn.rsplit(".", 1)
+    source = (REPO / (module.replace(".", "/") + ".py")).read_text()
+    remote = [
+        n.name
+        for n in ast.parse(source).body
+        if isinstance(n, ast.ClassDef)
+        and any("ray.remote" in ast.unparse(d) for d in n.decorator_list)
+    ]
+    assert module.startswith("nemo_fp8_rl.engines.nemo.") and cls in remote
     assert runner.WORKER_FQN == WORKER_FQN
 
 

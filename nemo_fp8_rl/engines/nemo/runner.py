@@ -5,7 +5,8 @@ The sequence is NeMo RL's own `examples/run_grpo.py` (config → Ray → tokeniz
 
 1. the config is the hand-off (`handoff.to_nemo_config`), validated by `MasterConfig`;
 2. with calibration on, the policy is built with `ShadowMegatronPolicyWorker` through
-   `setup(policy_factory=...)`, and `grpo_train` receives a `ShadowPolicy` around it;
+   `setup(policy_factory=...)`, and `grpo_train` receives a `ShadowPolicy` around it; with
+   `refit.quantize_on: trainer` both refit ends are the project's workers (`refit_workers`);
 3. the loss `setup` built (`ClippedPGLossFn`) is replaced by `NemoCalibratedLoss`; its
    calibrator state is restored from the checkpoint NeMo RL resumes from;
 4. the logger also writes `metrics.jsonl` into the run directory.
@@ -28,11 +29,13 @@ from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
 from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
 from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
-from nemo_fp8_rl.engines.nemo.worker_env import (
-    WORKER_FQN,
-    export_package_path,
-    register_shadow_worker,
+from nemo_fp8_rl.engines.nemo.refit_workers import (
+    make_policy_factory,
+    policy_worker_fqn,
+    trainer_generation_worker,
 )
+from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
+from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
 from nemo_fp8_rl.runs import rundir
 
 
@@ -151,22 +154,9 @@ def _prepare_nemo(recipe: Recipe) -> _Prepared:
     return _Prepared(config, tokenizer, data)
 
 
-def _policy_factory(calibrated: bool) -> Any:
-    """NeMo RL's `Policy` with the shadow worker extension, in the Megatron worker's environment.
-
-    The worker is registered when `setup` builds the policy (Ray is up then), where a plain
-    run resolves the Megatron worker's environment too.
-    """
-    if not calibrated:
-        return None
-    from nemo_rl.models.policy.lm_policy import Policy
-
-    def make_policy(*args: Any, **kwargs: Any) -> Any:
-        executable = register_shadow_worker()
-        print(f"shadow policy worker: {WORKER_FQN} with the Megatron worker's Python {executable}")
-        return Policy(*args, worker_extension_cls_fqn=WORKER_FQN, **kwargs)
-
-    return make_policy
+def _policy_factory(calibrated: bool, quantize_on: str = "generator") -> Any:
+    """NeMo RL's `Policy` with the project's Megatron worker where needed (`refit_workers`)."""
+    return make_policy_factory(policy_worker_fqn(calibrated=calibrated, quantize_on=quantize_on))
 
 
 def _total_steps(state: Any) -> int:
@@ -221,7 +211,16 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
     from nemo_rl.algorithms import grpo
 
     calibrated = bool(recipe.config["loss_fn"].get("calibration", {}).get("enabled"))
+    quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
+    with trainer_generation_worker(quantize_on):
+        setup = grpo.setup(
+            prepared.master_config,
+            prepared.tokenizer,
+            dataset,
+            val_dataset,
+            policy_factory=_policy_factory(calibrated, quantize_on),
+        )
     (
         policy,
         policy_generation,
@@ -235,13 +234,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
         grpo_state,
         master_config,
         *_rest,
-    ) = grpo.setup(
-        prepared.master_config,
-        prepared.tokenizer,
-        dataset,
-        val_dataset,
-        policy_factory=_policy_factory(calibrated),
-    )
+    ) = setup
     loss_fn = build_loss(recipe, checkpointer.get_latest_checkpoint_path())
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     logger = MetricsTee(logger, run_dir / "metrics.jsonl")

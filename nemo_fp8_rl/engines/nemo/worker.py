@@ -6,6 +6,9 @@ with the same Ray runtime environment, and adds one method. The engine passes th
 dotted name as `Policy(worker_extension_cls_fqn=...)` and registers it with NeMo RL's actor
 environment registry under the interpreter NeMo RL resolves for `MegatronPolicyWorker`
 (`worker_env`), so its already built environment is reused.
+
+`TrainerFp8MegatronPolicyWorker` (`TRAINER_FP8_WORKER_FQN`, for `refit.quantize_on: trainer`) is
+the same worker whose refit stream carries FP8 pairs (`trainer_refit.QuantizeOnTrainer`).
 """
 
 from __future__ import annotations
@@ -16,15 +19,19 @@ from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyW
 
 from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
 from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
-from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN
+from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
+from nemo_fp8_rl.engines.nemo.worker_env import TRAINER_FP8_WORKER_FQN, WORKER_FQN
 
-__all__ = ["WORKER_FQN", "ShadowMegatronPolicyWorker"]
+__all__ = [
+    "TRAINER_FP8_WORKER_FQN",
+    "WORKER_FQN",
+    "ShadowMegatronPolicyWorker",
+    "TrainerFp8MegatronPolicyWorker",
+]
+RUNTIME_ENV = get_runtime_env_for_policy_worker("megatron_policy_worker")
 
 
-@ray.remote(
-    runtime_env=get_runtime_env_for_policy_worker("megatron_policy_worker")
-)  # pragma: no cover
-class ShadowMegatronPolicyWorker(MegatronPolicyWorkerImpl):
+class ShadowWorkerImpl(MegatronPolicyWorkerImpl):
     """`MegatronPolicyWorker` plus the two controls the shadow passes need.
 
     `set_fp8_compute` around `get_logprobs` gives the BF16 pass; `hold_lr_schedule` keeps the
@@ -43,3 +50,13 @@ class ShadowMegatronPolicyWorker(MegatronPolicyWorkerImpl):
         if not hasattr(self, "_schedule_hold"):
             self._schedule_hold = ScheduleHold()
         return self._schedule_hold.set(self.scheduler, hold)
+
+
+@ray.remote(runtime_env=RUNTIME_ENV)  # pragma: no cover
+class ShadowMegatronPolicyWorker(ShadowWorkerImpl):
+    """The shadow worker as a Ray actor (`WORKER_FQN`)."""
+
+
+@ray.remote(runtime_env=RUNTIME_ENV)  # pragma: no cover
+class TrainerFp8MegatronPolicyWorker(QuantizeOnTrainer, ShadowWorkerImpl):
+    """The shadow worker whose refit sends FP8 pairs (`TRAINER_FP8_WORKER_FQN`)."""

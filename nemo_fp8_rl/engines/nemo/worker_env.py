@@ -24,35 +24,49 @@ from pathlib import Path
 
 MEGATRON_WORKER_FQN = "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
 WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
+TRAINER_FP8_WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.TrainerFp8MegatronPolicyWorker"
+VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
+GENERATION_WORKER_FQN = "nemo_fp8_rl.engines.nemo.generation_worker.TrainerFp8VllmGenerationWorker"
 PROJECT_NAME = "nemo-fp8-rl"
 PATH_DIR = "pythonpath"  # inside the run directory, for an installed package
 
 
-def megatron_worker_python() -> str:
-    """The interpreter NeMo RL starts `MegatronPolicyWorker` with, resolved as its worker group does.
+def nemo_worker_python(nemo_fqn: str = MEGATRON_WORKER_FQN) -> str:
+    """The interpreter NeMo RL starts its worker `nemo_fqn` with, resolved as its worker group does.
 
-    A `uv ...` registry entry is turned into NEMO_RL_VENV_DIR/<MegatronPolicyWorker path>/bin/python
+    A `uv ...` registry entry is turned into NEMO_RL_VENV_DIR/<worker class path>/bin/python
     by NeMo RL's `create_local_venv_on_each_node`, which returns an existing environment as is
-    (and builds it only where a plain Megatron run would). Needs Ray initialised for that case.
+    (and builds it only where a plain run would). Needs Ray initialised for that case.
     """
     from nemo_rl.distributed.ray_actor_environment_registry import get_actor_python_env
     from nemo_rl.utils import venvs
 
-    executable = get_actor_python_env(MEGATRON_WORKER_FQN)
+    executable = get_actor_python_env(nemo_fqn)
     if executable.startswith("uv"):
         executable = venvs.create_local_venv_on_each_node(
-            py_executable=executable, venv_name=MEGATRON_WORKER_FQN
+            py_executable=executable, venv_name=nemo_fqn
         )
+    return executable
+
+
+def megatron_worker_python() -> str:
+    """The interpreter NeMo RL starts `MegatronPolicyWorker` with."""
+    return nemo_worker_python(MEGATRON_WORKER_FQN)
+
+
+def register_worker(fqn: str = WORKER_FQN, nemo_fqn: str = MEGATRON_WORKER_FQN) -> str:
+    """Register the project's worker `fqn` under the interpreter of NeMo RL's `nemo_fqn` (the
+    class it extends); returns that path."""
+    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
+
+    executable = nemo_worker_python(nemo_fqn)
+    ACTOR_ENVIRONMENT_REGISTRY[fqn] = executable
     return executable
 
 
 def register_shadow_worker() -> str:
     """Register the shadow worker under the Megatron worker's interpreter; returns that path."""
-    from nemo_rl.distributed.ray_actor_environment_registry import ACTOR_ENVIRONMENT_REGISTRY
-
-    executable = megatron_worker_python()
-    ACTOR_ENVIRONMENT_REGISTRY[WORKER_FQN] = executable
-    return executable
+    return register_worker(WORKER_FQN, MEGATRON_WORKER_FQN)
 
 
 def package_dir() -> Path:

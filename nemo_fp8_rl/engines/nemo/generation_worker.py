@@ -1,0 +1,41 @@
+"""NeMo RL's vLLM generation worker with the trainer-quantized FP8 refit extension.
+
+`refit.quantize_on: trainer` only. Built like NeMo RL's own ModelOpt worker
+(`nemo_rl/modelopt/models/generation/vllm_quant_worker.py`): a `VllmGenerationWorkerImpl`
+whose `_create_engine` names another vLLM worker extension
+(`vllm_extension.TrainerFp8WorkerExtension`), and which forwards PYTHONPATH into vLLM's worker
+processes so they import this package. The engine selects it for `VllmGeneration` through
+`runner.generation_worker_choice` and registers it under the interpreter NeMo RL resolves for
+`VllmGenerationWorker` (`worker_env`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from nemo_rl.distributed.worker_group_utils import get_nsight_config_if_pattern_matches
+from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
+
+EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.vllm_extension.TrainerFp8WorkerExtension"
+
+
+def with_extension(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`vllm.LLM` keyword arguments with the project's worker extension."""
+    llm_kwargs["worker_extension_cls"] = EXTENSION_FQN
+    return llm_kwargs
+
+
+@ray.remote(
+    runtime_env={**get_nsight_config_if_pattern_matches("vllm_generation_worker")}
+)  # pragma: no cover
+class TrainerFp8VllmGenerationWorker(VllmGenerationWorkerImpl):
+    """`VllmGenerationWorker` whose vLLM workers load trainer-quantized FP8 pairs as sent."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        forwarded = list(kwargs.get("extra_env_vars") or [])
+        kwargs["extra_env_vars"] = [*forwarded, "PYTHONPATH"]
+        super().__init__(*args, **kwargs)
+
+    def _create_engine(self, llm_kwargs: dict[str, Any]) -> None:
+        super()._create_engine(with_extension(llm_kwargs))

@@ -1,0 +1,147 @@
+"""Generator-side FP8 refit (`refit.quantize_on: trainer`): FP8 pairs checked, then loaded as sent.
+
+NeMo RL's vLLM worker quantizes each FP8 weight it receives (`fp8.load_weights`:
+`cast_tensor_to_fp8_blockwise`, then `model.load_weights`). With `trainer` the pairs arrive
+quantized and `load_prequantized` hands them to `model.load_weights` unchanged: no
+requantization, no FP8 -> float -> FP8 round trip.
+
+Nothing is applied from a payload that does not match what vLLM holds:
+
+* `check_refit_info` runs on the whole metadata (`prepare_refit_info`, once, before the first
+  refit): every name vLLM holds in FP8 arrives as float8_e4m3fn with a float32 `_scale_inv` of
+  shape (ceil(m/128), ceil(n/128)); no FP8 tensor goes where vLLM holds a higher precision; no
+  scale without its FP8 weight; no grouped MoE expert slab vLLM holds in FP8 arrives unexpanded.
+* `check_chunk` runs on each transfer chunk before `model.load_weights`: every tensor is one the
+  metadata announced, with its shape and dtype. Both transports rebuild tensors from that
+  metadata, so a checked metadata plus checked chunks is a checked payload.
+
+`holds_fp8(name)` says whether vLLM holds `name` in FP8 (the extension answers with NeMo RL's
+own `_is_fp8_weight`). This module imports neither NeMo RL nor vLLM.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+SCALE_SUFFIX = "_scale_inv"
+BLOCK = 128
+DRAFT_PREFIX = "draft."
+GROUPED_SLABS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+FP8 = torch.float8_e4m3fn
+SHOWN = 12  # problems listed in one message
+
+HoldsFp8 = Callable[[str], bool]
+RefitInfo = Mapping[str, tuple[Any, torch.dtype]]
+
+
+class RefitPayloadError(ValueError):
+    """The FP8 refit payload does not match the vLLM model; nothing was loaded."""
+
+    def __init__(self, where: str, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        shown = "\n".join(f"  - {p}" for p in self.problems[:SHOWN])
+        more = len(self.problems) - SHOWN
+        extra = f"\n  ... and {more} more" if more > 0 else ""
+        super().__init__(
+            f"error: {where}: the trainer-quantized FP8 refit does not match vLLM's model "
+            f"({len(self.problems)} problem(s)); no weight was loaded:\n{shown}{extra}\n"
+            "Fix: run both workers from the same recipe (refit.quantize_on and "
+            "policy.generation.vllm_cfg as loaded), or set refit.quantize_on: generator"
+        )
+
+
+def scale_shape(shape: Sequence[int]) -> tuple[int, int]:
+    """Block-scale grid of a 2-D weight: (ceil(m/128), ceil(n/128))."""
+    m, n = (int(d) for d in shape)
+    return math.ceil(m / BLOCK), math.ceil(n / BLOCK)
+
+
+def _dims(shape: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in shape)
+
+
+def _entry_problems(
+    name: str, shape: tuple[int, ...], dtype: torch.dtype, info: RefitInfo, holds_fp8: HoldsFp8
+) -> list[str]:
+    """What is wrong with one metadata entry (empty: fine)."""
+    if name.startswith(DRAFT_PREFIX):
+        return []
+    if name.endswith(GROUPED_SLABS):
+        if holds_fp8(name):
+            return [f"{name}: grouped expert slab sent unexpanded; vLLM holds these experts in FP8"]
+        return []
+    if name.endswith(SCALE_SUFFIX):
+        base = name[: -len(SCALE_SUFFIX)]
+        if base not in info or not holds_fp8(base):
+            return [f"{name}: unexpected name: vLLM holds no FP8 weight {base} for this scale"]
+        want = scale_shape(_dims(info[base][0])) if len(info[base][0]) == 2 else None
+        out = []
+        if dtype != torch.float32:
+            out.append(f"{name}: dtype {dtype}, vLLM loads block scales as torch.float32")
+        if want is not None and shape != want:
+            out.append(
+                f"{name}: shape {list(shape)}, the weight's 128x128 blocks need {list(want)}"
+            )
+        return out
+    if holds_fp8(name):
+        out = []
+        if dtype != FP8:
+            out.append(
+                f"{name}: {dtype} tensor where vLLM holds float8_e4m3fn (not quantized on the trainer)"
+            )
+        if len(shape) != 2:
+            out.append(f"{name}: shape {list(shape)}, block FP8 weights are 2-D")
+        if name + SCALE_SUFFIX not in info:
+            out.append(f"{name}: missing scale {name}{SCALE_SUFFIX}")
+        return out
+    if dtype == FP8:
+        return [f"{name}: float8_e4m3fn tensor where vLLM holds this weight in higher precision"]
+    return []
+
+
+def check_refit_info(
+    info: RefitInfo, holds_fp8: HoldsFp8, where: str = "prepare_refit_info"
+) -> None:
+    """Raise `RefitPayloadError` listing every problem of the whole refit metadata."""
+    problems: list[str] = []
+    for name, (shape, dtype) in info.items():
+        problems += _entry_problems(name, _dims(shape), dtype, info, holds_fp8)
+    if problems:
+        raise RefitPayloadError(where, problems)
+
+
+def check_chunk(
+    weights: Sequence[tuple[str, torch.Tensor]], info: RefitInfo, where: str = "refit chunk"
+) -> None:
+    """Raise `RefitPayloadError` unless every tensor is one `info` announced, as announced."""
+    problems: list[str] = []
+    seen: set[str] = set()
+    for name, tensor in weights:
+        if name in seen:
+            problems.append(f"{name}: sent twice in one chunk")
+        seen.add(name)
+        if name not in info:
+            problems.append(f"{name}: unexpected name: not in the refit metadata")
+            continue
+        shape, dtype = info[name]
+        if tuple(tensor.shape) != _dims(shape) or tensor.dtype != dtype:
+            problems.append(
+                f"{name}: {tensor.dtype} {list(tensor.shape)}, the metadata announced "
+                f"{dtype} {list(_dims(shape))}"
+            )
+    if problems:
+        raise RefitPayloadError(where, problems)
+
+
+def load_prequantized(
+    weights: Sequence[tuple[str, torch.Tensor]], model_runner: Any, *, info: RefitInfo
+) -> None:
+    """In place of NeMo RL's `fp8.load_weights(weights, model_runner)`: check the chunk against
+    the metadata, then `model_runner.model.load_weights` with the pairs as sent."""
+    weights = list(weights)
+    check_chunk(weights, info)
+    model_runner.model.load_weights(weights)
