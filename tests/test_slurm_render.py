@@ -247,7 +247,8 @@ def test_shellcheck_clean(path):
 
 
 def _gpu_run(tmp_path) -> Path:
-    """A run directory of a GPU recipe, as training leaves it (recipe.yaml)."""
+    """A run directory of a GPU recipe, as training leaves it (recipe.yaml, and one NeMo RL
+    checkpoint with its training_info.json and Megatron weights folder)."""
     recipe = load_recipe(
         "paper-fp8-rl/qwen3-8b-base/grpo-qwen3-8b-base-1n8g-8k-fp8-blockwise",
         run_dir=tmp_path / "run",
@@ -255,6 +256,9 @@ def _gpu_run(tmp_path) -> Path:
     run = Path(recipe.run_dir)
     run.mkdir(parents=True)
     (run / "recipe.yaml").write_text(recipe.to_yaml())
+    step = run / "checkpoints" / "step_20"
+    (step / "policy" / "weights" / "iter_0000020").mkdir(parents=True)
+    (step / "training_info.json").write_text('{"val:accuracy": 0.3}')
     return run
 
 

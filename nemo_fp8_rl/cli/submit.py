@@ -27,8 +27,8 @@ from typing import Any
 
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.config import RecipeError, load_recipe
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.runs import rundir
-from nemo_fp8_rl.runs.rundir import RunDirError
 from nemo_fp8_rl.runs.seeds import SeedSpecError
 from nemo_fp8_rl.slurm import (
     JobSpecError,
@@ -194,6 +194,13 @@ def run_submit(args: argparse.Namespace) -> int:
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
     script = render_sbatch(spec, args.template)
+    if spec.nodes > recipe.config["cluster"]["num_nodes"]:  # a CPU recipe (GPU: refused)
+        print(
+            f"note: --nodes {spec.nodes}: the job starts a Ray cluster of {spec.nodes} nodes; the "
+            "embedded engine (cluster.num_nodes=1) puts its trainer and rollout actors wherever "
+            "Ray has room on them",
+            file=sys.stderr,
+        )
     if args.dry_run:
         sys.stdout.write(script)
         return 0
@@ -275,9 +282,9 @@ def main(argv: list[str] | None = None) -> int:
     except (RecipeError, JobSpecError, SeedSpecError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    except RunDirError as err:
+    except UserError as err:  # RunDirError, a bad --eval run, checkpoint, suite or data dir
         print(f"error: {err}", file=sys.stderr)
-        return 2
+        return err.code
     except (SlurmError, FileNotFoundError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1

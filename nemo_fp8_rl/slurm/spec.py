@@ -167,9 +167,10 @@ def build_job_spec(
     Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`,
     `overwrite`) override the recipe's `slurm` section; a `seeds` flag (a list) makes the job an
     array, one task per seed. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
-    more nodes than `cluster.num_nodes` (e.g. to spread the embedded engine's Ray actors over two
-    nodes), never fewer. Without a container the job puts the submitting interpreter's directory
-    first on PATH (`python_bin_dir`, default: this Python's).
+    more nodes than `cluster.num_nodes` for a CPU recipe (to spread the embedded engine's Ray
+    actors over several nodes), never fewer, and never more for a GPU recipe (`_job_nodes`).
+    Without a container the job puts the submitting interpreter's directory first on PATH
+    (`python_bin_dir`, default: this Python's).
     """
     cfg = dict(recipe.config.get("slurm") or {})
     for name, value in (flags or {}).items():
@@ -187,7 +188,9 @@ def build_job_spec(
     mounts = cfg.get("mounts") or ()
     spec = JobSpec(
         job_name=check_header_value(str(cfg.get("job_name") or recipe.name), "job name"),
-        nodes=_job_nodes(cfg.get("nodes"), cluster.get("num_nodes", 1)),
+        nodes=_job_nodes(
+            cfg.get("nodes"), cluster.get("num_nodes", 1), cluster.get("gpus_per_node", 0)
+        ),
         gpus_per_node=_positive_int(cluster.get("gpus_per_node", 0), "cluster.gpus_per_node", 0),
         run_dir=Path(recipe.run_dir).absolute(),
         recipe_file=Path(recipe_file).absolute(),
@@ -227,8 +230,14 @@ def _array_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
     return out
 
 
-def _job_nodes(flag: Any, num_nodes: Any) -> int:
-    """Nodes to allocate: `--nodes`, else `cluster.num_nodes`; never fewer than the recipe needs."""
+def _job_nodes(flag: Any, num_nodes: Any, gpus_per_node: Any) -> int:
+    """Nodes to allocate: `--nodes`, else `cluster.num_nodes`; never fewer than the recipe needs.
+
+    More than `cluster.num_nodes` only for the embedded engine (CPU recipes), whose Ray actors
+    go wherever the job's Ray cluster has room. NeMo RL trains on `cluster.num_nodes` nodes of
+    the cluster, so for a GPU recipe extra nodes would sit idle: refused, with the override
+    that makes the recipe use them.
+    """
     needed = _positive_int(num_nodes, "cluster.num_nodes", 1)
     if flag is None:
         return needed
@@ -237,6 +246,13 @@ def _job_nodes(flag: Any, num_nodes: Any) -> int:
         raise JobSpecError(
             f"--nodes {nodes} is fewer than the recipe's cluster.num_nodes={needed}; training would "
             "wait forever for the missing nodes. Fix: raise --nodes or lower cluster.num_nodes"
+        )
+    if nodes > needed and gpus_per_node != 0:
+        raise JobSpecError(
+            f"--nodes {nodes}: the recipe trains on cluster.num_nodes={needed} node(s); NeMo RL "
+            f"would leave {nodes - needed} allocated node(s) idle. Fix: add the override "
+            f"cluster.num_nodes={nodes} (the recipe's parallel sizes are checked against it), or "
+            "leave --nodes out"
         )
     return nodes
 
