@@ -2,12 +2,19 @@
 
 Semantics (as `nemo_rl.utils.config.load_config_with_inheritance`):
 - `defaults:` is a path or a list of paths, relative to the file that names them; parents are
-  resolved depth-first and merged left to right, then the file's own keys last;
+  resolved depth-first and merged left to right, then the file's own keys last. Beyond NeMo RL,
+  an entry that is no file may be a recipe's or config's short name (`locations.resolve_parent`);
 - dicts merge key by key; lists and scalars replace; a dict with `_override_: true` replaces the
   inherited dict instead of merging into it;
 - `${a.b}` (absolute), `${.x}` (relative to the enclosing section) and the resolvers `add`, `mul`,
   `div`, `max` (`${mul:${a}, 2}`) are resolved after the merge.
 Every leaf key remembers the file (or "override") that last set it.
+
+Overrides follow Hydra's syntax as NeMo RL applies it (`parse_hydra_overrides`), left to right:
+`a.b=v` sets a key (the value read as YAML), `+a.b=v` and `++a.b=v` too (the schema, not the
+prefix, decides what may exist), `~a.b` deletes a key and `~a.b=v` deletes it only if its value
+is `v`. Deleting a key that is not there is an error, as in Hydra (which, unlike this loader,
+also refuses to delete a key whose value is null).
 """
 
 from __future__ import annotations
@@ -18,9 +25,18 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.locations import resolve_parent
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
 
-__all__ = ["apply_overrides", "leaf_sources", "load_chain", "load_parents", "merge", "parse_yaml"]
+__all__ = [
+    "apply_overrides",
+    "leaf_sources",
+    "load_chain",
+    "load_parents",
+    "merge",
+    "parent_list",
+    "parse_yaml",
+]
 
 # Deeper `defaults:` chains are refused (real ones are 3-5 files; each level costs a merge).
 MAX_CHAIN_DEPTH = 32
@@ -120,25 +136,16 @@ def load_parents(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provena
         )
         raise RecipeError(str(seen[0]), [issue])
     data = read_yaml(path)
-    parents = _parent_list(data.pop("defaults", None), path)
+    parents = parent_list(data.pop("defaults", None), path)
     merged: dict = {}
     prov: Provenance = {}
     for parent in parents:
-        parent_path = Path(parent) if Path(parent).is_absolute() else path.parent / parent
-        if not parent_path.is_file():
-            issue = ConfigIssue(
-                "defaults",
-                f"parent {parent!r} not found (looked at {parent_path})",
-                "fix the path; it is relative to this file",
-                str(path),
-            )
-            raise RecipeError(str(path), [issue])
-        pdata, pprov = load_chain(parent_path, (*seen, path))
+        pdata, pprov = load_chain(resolve_parent(parent, path), (*seen, path))
         merged, prov = merge(merged, prov, pdata, pprov)
     return merged, prov, data
 
 
-def _parent_list(parents: Any, path: Path) -> list[str]:
+def parent_list(parents: Any, path: Path) -> list[str]:
     """`defaults:` as a list of paths: one string, a list of strings, or nothing."""
     if parents is None:
         return []
@@ -148,7 +155,8 @@ def _parent_list(parents: Any, path: Path) -> list[str]:
         issue = ConfigIssue(
             "defaults",
             f"expected a path or a list of paths, got {parents!r}",
-            "write `defaults: ../../configs/base/grpo.yaml` or a list of such paths",
+            "write `defaults: ../../configs/base/grpo.yaml` (or a name such as "
+            "tiny/grpo-tiny-qwen3-cpu-bf16), or a list of them",
             str(path),
         )
         raise RecipeError(str(path), [issue])
@@ -156,20 +164,19 @@ def _parent_list(parents: Any, path: Path) -> list[str]:
 
 
 def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> list[ConfigIssue]:
-    """Apply `dotted.key=value` overrides (values parsed as YAML); returns malformed ones as issues."""
+    """Apply `dotted.key=value` and `~dotted.key[=value]` overrides in order (values parsed as
+    YAML); returns the malformed or impossible ones as issues."""
     issues = []
     for item in overrides:
+        if item.startswith("~"):
+            issue = _delete(config, item, prov)
+            if issue is not None:
+                issues.append(issue)
+            continue
         key, sep, raw = item.partition("=")
         key = key.strip().lstrip("+")
-        if not sep or not key or any(not part for part in key.split(".")):
-            issues.append(
-                ConfigIssue(
-                    item,
-                    "malformed override",
-                    "write dotted.key=value, e.g. grpo.max_num_steps=10",
-                    "override",
-                )
-            )
+        if not sep or not _well_formed(key):
+            issues.append(_malformed(item))
             continue
         value = parse_yaml(raw, f"override {item}") if raw.strip() else None
         node = config
@@ -179,7 +186,56 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
                 node[part] = {}
             node = node[part]
         node[parts[-1]] = value
-        for stale in [k for k in prov if k == key or k.startswith(key + ".")]:
-            del prov[stale]
+        _forget(prov, key)
         prov.update(leaf_sources(value, "override", f"{key}."))
     return issues
+
+
+def _well_formed(key: str) -> bool:
+    return bool(key) and all(part for part in key.split("."))
+
+
+def _malformed(item: str) -> ConfigIssue:
+    return ConfigIssue(
+        item,
+        "malformed override",
+        "write dotted.key=value to set a key (e.g. grpo.max_num_steps=10) or ~dotted.key to "
+        "delete one",
+        "override",
+    )
+
+
+def _forget(prov: Provenance, key: str) -> None:
+    for stale in [k for k in prov if k == key or k.startswith(key + ".")]:
+        del prov[stale]
+
+
+def _delete(config: dict, item: str, prov: Provenance) -> ConfigIssue | None:
+    """`~a.b` deletes `a.b`; `~a.b=v` only when its value is `v` (Hydra's delete override)."""
+    key, sep, raw = item[1:].partition("=")
+    key = key.strip()
+    if not _well_formed(key):
+        return _malformed(item)
+    *parents, leaf = key.split(".")
+    node: Any = config
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if not isinstance(node, dict) or leaf not in node:
+        return ConfigIssue(
+            item,
+            f"no key {key} to delete",
+            "check the key path (nemo_fp8_rl.recipes show R prints every key)",
+            "override",
+        )
+    if sep:
+        expected = parse_yaml(raw, f"override {item}") if raw.strip() else None
+        if node[leaf] != expected:
+            return ConfigIssue(
+                item,
+                f"the value of {key} is {node[leaf]!r}, not {expected!r}",
+                f"write ~{key} to delete it whatever its value",
+                "override",
+            )
+    del node[leaf]
+    _forget(prov, key)
+    return None

@@ -1,8 +1,7 @@
-"""Recipes: discovery, lookup by path or short name, and `load_recipe` (load + validate)."""
+"""Recipes: `load_recipe` (load + validate); discovery and lookup by name live in `locations`."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -13,63 +12,28 @@ import yaml
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import is_missing, lookup, resolve_all
 from nemo_fp8_rl.config.loader import apply_overrides, load_chain
+from nemo_fp8_rl.config.locations import (
+    base_config_path,
+    find_recipes,
+    project_root,
+    recipes_dir,
+    resolve_ref,
+    short_name,
+)
+from nemo_fp8_rl.config.required_keys import check_missing, deleted_keys
 from nemo_fp8_rl.config.rules import check_rules
 from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values, source_of
 
-
-def project_root() -> Path:
-    """Folder holding `recipes/` and `configs/`: `NEMO_FP8_RL_HOME`, the source checkout, or the package data."""
-    env = os.environ.get("NEMO_FP8_RL_HOME")
-    if env:
-        return Path(env)
-    checkout = Path(__file__).resolve().parents[2]
-    if (checkout / "recipes").is_dir():
-        return checkout
-    return Path(__file__).resolve().parents[1] / "_data"
-
-
-def recipes_dir() -> Path:
-    return project_root() / "recipes"
-
-
-def base_config_path() -> Path:
-    return project_root() / "configs" / "base" / "grpo.yaml"
-
-
-def find_recipes() -> list[Path]:
-    """Every recipe file, sorted."""
-    return sorted(recipes_dir().rglob("*.yaml"))
-
-
-def resolve_ref(ref: str | Path) -> Path:
-    """A recipe reference -> file: a path, `model/name` (with or without .yaml), or a unique file stem."""
-    path = Path(ref)
-    if path.is_file():
-        return path
-    if path.is_dir():
-        raise RecipeError(
-            str(ref), [ConfigIssue("--recipe", "is a folder", "give a .yaml recipe file", str(ref))]
-        )
-    stem = str(ref).removesuffix(".yaml")
-    candidate = recipes_dir() / f"{stem}.yaml"
-    if candidate.is_file():
-        return candidate
-    matches = [p for p in find_recipes() if p.stem == Path(stem).name]
-    if len(matches) == 1:
-        return matches[0]
-    known = ", ".join(short_name(p) for p in find_recipes())
-    problem = "ambiguous recipe name" if matches else "no such recipe file or name"
-    raise RecipeError(
-        str(ref), [ConfigIssue("--recipe", problem, f"give a path or one of: {known}", str(ref))]
-    )
-
-
-def short_name(path: Path) -> str:
-    """`qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8` for a file under recipes/."""
-    try:
-        return str(path.resolve().relative_to(recipes_dir().resolve()).with_suffix(""))
-    except ValueError:
-        return path.stem
+__all__ = [
+    "Recipe",
+    "base_config_path",
+    "find_recipes",
+    "load_recipe",
+    "project_root",
+    "recipes_dir",
+    "resolve_ref",
+    "short_name",
+]
 
 
 @lru_cache(maxsize=1)
@@ -136,6 +100,8 @@ def load_recipe(
     issues += [replace(i, source=source_of(prov, i.key)) for i in interp_issues]
     key_issues = check_keys(resolved, _resolved_base(), prov)
     issues += key_issues
+    deleted = deleted_keys(overrides)
+    issues += check_missing(resolved, _resolved_base(), prov, deleted, str(path))
     issues += check_values(resolved, prov)
     if not interp_issues and not any(i.problem.startswith("expected ") for i in key_issues):
         issues += check_rules(resolved, prov)  # rules read typed values only

@@ -4,8 +4,9 @@ PyYAML alone keeps the last of two equal keys (so a repeated section silently re
 expands aliases into shared objects that every later walk visits again (a few lines of `&a`/`*a`
 become billions of nodes: the "billion laughs" bomb), and recurses once per nesting level. Here a
 file is refused, with its name and line, when it is not UTF-8 text, is larger than
-`MAX_FILE_BYTES`, repeats a key in one mapping, nests deeper than `MAX_DEPTH`, or expands
-(aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
+`MAX_FILE_BYTES`, repeats a key in one mapping, has a key that is not a string (`yes:` is the
+boolean True in YAML 1.1, `1:` a number; NeMo RL's configs are keyed by names), nests deeper
+than `MAX_DEPTH`, or expands (aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
 a number, not a string as in YAML 1.1). Parsing uses libyaml when PyYAML has it (linear time).
 """
 
@@ -58,6 +59,13 @@ class _Loader(_BASE):  # type: ignore[misc, valid-type]
                 raise ConstructorError(
                     None, None, "a mapping key must be a scalar", key_node.start_mark
                 ) from exc
+            if isinstance(key_node, ScalarNode) and not isinstance(key, str):
+                raise _Refused(
+                    f"key {key_node.value} is read as {_reading(key)}, not as a name",
+                    f"quote it: '{key_node.value}': (a plain yes, no, on, off, a number or ~ "
+                    "is not read as text in a key)",
+                    key_node.start_mark,
+                )
             if first is not None:
                 raise _Refused(
                     f"duplicate key {key!r} (first set at line {first})",
@@ -66,6 +74,17 @@ class _Loader(_BASE):  # type: ignore[misc, valid-type]
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+def _reading(key: Any) -> str:
+    """How YAML read a key that is not a string: `the boolean True`, `the number 1`, `null`."""
+    if key is None:
+        return "null"
+    if isinstance(key, bool):
+        return f"the boolean {key}"
+    if isinstance(key, (int, float)):
+        return f"the number {key}"
+    return f"a {type(key).__name__} ({key})"
 
 
 _Loader.add_implicit_resolver(

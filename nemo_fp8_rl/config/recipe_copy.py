@@ -1,0 +1,106 @@
+"""Copy a recipe to edit it: `nemo_fp8_rl.recipes cp R my.yaml` (as torchtune's `tune cp`).
+
+The copy keeps the recipe's text, comments included; only its `defaults:` entries change, each
+rewritten to a name that resolves from any folder: a recipe's short name
+(`tiny/grpo-tiny-qwen3-cpu-bf16`), `configs/<...>` for a config of the project, or the absolute
+path of a parent outside the project. Parents stay parents (not inlined), so the copy still
+follows later fixes to the configs it builds on, and `recipes show --sources` still names them.
+
+Nothing is written unless the copy resolves to exactly the configuration of the original
+(checked on a temporary file beside the target, which is then renamed into place); an existing
+file is replaced only with `overwrite`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from nemo_fp8_rl.config.loader import load_chain, parent_list
+from nemo_fp8_rl.config.locations import portable_name, resolve_parent, resolve_ref
+from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
+from nemo_fp8_rl.config.user_error import UsageError
+
+_PLAIN = re.compile(r"[\w./+@-]+")
+_TOP_LEVEL = re.compile(r"[^\s#-]")
+
+
+def _item(ref: str) -> str:
+    """A list item for `ref`: plain when YAML reads it back as the same string, else quoted."""
+    return ref if _PLAIN.fullmatch(ref) and parse_yaml(ref) == ref else json.dumps(ref)
+
+
+def rewrite_defaults(text: str, parents: list[str]) -> str:
+    """`text` with its top-level `defaults:` entry (one line or a block list) replaced by
+    `parents` as a block list; other lines are kept as they are."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(r"defaults\s*:", line)), None)
+    block = "defaults:\n" + "".join(f"  - {_item(p)}\n" for p in parents)
+    if start is None:
+        return block + text
+    end = start + 1
+    while end < len(lines) and not _TOP_LEVEL.match(lines[end]):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1  # blank lines after the list stay where they were
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def copy_text(src: Path) -> str:
+    """The text of the copy of `src`: its `defaults:` rewritten to portable names."""
+    text = read_text(src)
+    data = parse_yaml(text, str(src)) or {}
+    if not isinstance(data, dict) or data.get("defaults") is None:
+        return text
+    parents = [portable_name(resolve_parent(p, src)) for p in parent_list(data["defaults"], src)]
+    new = rewrite_defaults(text, parents)
+    copied = parse_yaml(new, str(src)) or {}
+    if {k: v for k, v in copied.items() if k != "defaults"} != {
+        k: v for k, v in data.items() if k != "defaults"
+    } or copied.get("defaults") != parents:
+        raise RuntimeError(f"rewriting the defaults of {src} changed other keys")
+    return new
+
+
+def copy_recipe(ref: str, dest: Path, overwrite: bool = False) -> Path:
+    """Write an editable copy of recipe `ref` to `dest` (a file, or a folder to hold one).
+
+    Raises:
+        RecipeError: `ref` is not a recipe, or does not load.
+        UsageError: `dest` exists (without `overwrite`), is the recipe itself, or is not .yaml.
+    """
+    src = resolve_ref(ref).resolve()
+    if dest.is_dir():
+        dest = dest / src.name
+    if dest.suffix not in (".yaml", ".yml"):
+        raise UsageError(
+            str(dest),
+            "not a .yaml file name",
+            "end the name in .yaml (the copy's runs are named after the file)",
+        )
+    if dest.exists() and dest.resolve() == src:
+        raise UsageError(str(dest), "is the recipe being copied", "give a new file name")
+    if dest.exists() and not overwrite:
+        raise UsageError(
+            str(dest), "already exists", "give a new file name, or --overwrite to replace it"
+        )
+    if not dest.parent.is_dir():
+        raise UsageError(
+            str(dest.parent), "no such folder", f"create it first (mkdir -p {dest.parent})"
+        )
+    text = copy_text(src)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".yaml")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        if load_chain(Path(tmp))[0] != load_chain(src)[0]:
+            raise RuntimeError(f"the copy of {src} does not resolve to the same configuration")
+        os.replace(tmp, dest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
