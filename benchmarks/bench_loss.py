@@ -104,11 +104,12 @@ def loss_variants(curr: torch.Tensor, data: dict) -> dict[str, Callable[[], obje
 def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str, float]:
     """Seconds per `observe` (one micro-batch) and per `update` (all pooled tokens).
 
-    `update` is timed with the default bootstrap interval of L* (200 replicates) and without it
-    (`bootstrap_samples = 0`), so their ratio is the bootstrap's cost on a calibration step.
+    `update` is timed with the default pooling of windows behind L* (min_clipped_tokens 16) and
+    with one window per update (`min_clipped_tokens = 0`), so their ratio is the pool's cost on a
+    calibration step.
     """
     cal = Calibrator(CalibrationConfig(enabled=True, interval=1), 0.2, 0.2)
-    plain = Calibrator(CalibrationConfig(enabled=True, interval=1, bootstrap_samples=0), 0.2, 0.2)
+    plain = Calibrator(CalibrationConfig(enabled=True, interval=1, min_clipped_tokens=0), 0.2, 0.2)
     prev, mask = data["prev_logprobs"][:, 1:], data["token_mask"][:, 1:]
     kwargs = {
         "fp8_ratio": (curr - prev).exp(),
@@ -134,7 +135,7 @@ def calibration_costs(curr: torch.Tensor, data: dict, repeats: int) -> dict[str,
         {
             "observe": observe,
             "observe + update": update,
-            "observe + update, no bootstrap": lambda: update(plain),
+            "observe + update, one window": lambda: update(plain),
         },
         repeats,
     )
@@ -160,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     costs = calibration_costs(curr, data, args.repeats)
     for name, sec in costs.items():
         print(f"  calibration {name:36s} {sec * 1e3:9.1f} ms   x{sec / base:5.2f}")
-    with_ci, without = costs["observe + update"], costs["observe + update, no bootstrap"]
-    print(f"  bootstrap interval of L*: update with / without = x{with_ci / without:5.2f}")
+    pooled, single = costs["observe + update"], costs["observe + update, one window"]
+    print(f"  pooled windows behind L*: update pooled / one window = x{pooled / single:5.2f}")
     return 0
 
 

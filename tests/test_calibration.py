@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 
@@ -361,15 +362,33 @@ def test_L_update_is_weighted_by_the_number_of_bf16_clipped_tokens() -> None:
     assert frozen.update(0)["calib_low_weight"] == 0.0 and frozen.bounds[0] == 0.8
 
 
-def test_calibration_logs_the_bootstrap_interval_of_L_target() -> None:
+def test_calibration_logs_the_order_statistic_interval_of_L_target() -> None:
     cal = make_cal(min_clipped_tokens=0)
     cal.observe(**noisy_batch(0, noise=0.2))
     m = cal.update(0)
     lo, hi = m["calib_low_target_ci90_lo"], m["calib_low_target_ci90_hi"]
     assert lo <= m["calib_low_target"] <= hi and m["calib_low_target_ci90_width"] == hi - lo > 0
-    again = make_cal(min_clipped_tokens=0)
-    again.observe(**noisy_batch(0, noise=0.2))
-    assert again.update(0)["calib_low_target_ci90_lo"] == lo  # seeded by the step: reproducible
-    off = make_cal(bootstrap_samples=0)
-    off.observe(**noisy_batch(0, noise=0.2))
-    assert math.isnan(off.update(0)["calib_low_target_ci90_width"])
+
+
+def test_windows_are_pooled_until_L_target_rests_on_min_clipped_tokens() -> None:
+    """Two windows with m clipped tokens each and m_min = 2m: the first moves L with weight ½,
+    the second pools both windows (weight 1), and a checkpoint taken between them resumes to
+    the same second update."""
+    batch = noisy_batch(0, noise=0.2)
+    neg = batch["advantages"] < 0
+    m_clipped = int((batch["bf16_ratio"][neg] < 0.8).sum())
+    cal = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0)
+    cal.observe(**batch)
+    first = cal.update(0)
+    assert first["calib_low_weight"] == 0.5 and first["calib_low_pool_windows"] == 1.0
+    resumed = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0)
+    resumed.load_state_dict(json.loads(json.dumps(cal.state_dict())))
+    later = noisy_batch(1, noise=0.2)
+    outs = []
+    for c in (cal, resumed):
+        c.observe(**later)
+        outs.append(c.update(c.cfg.interval))
+    pooled = outs[0]
+    assert pooled["calib_low_pool_windows"] == 2.0 and pooled["calib_low_weight"] == 1.0
+    assert pooled["calib_low_pool_clipped"] == m_clipped + pooled["calib_bf16_lower_count_neg"]
+    assert outs[1] == pooled and resumed.bounds == cal.bounds

@@ -1,8 +1,9 @@
 """Calibrated Clipping: FP8 clip bounds re-derived from BF16 shadow passes.
 
 `bounds` holds the pure functions (quantile matching of the lower bound, ρ rebalancing of the
-upper bound, smoothing and caps), `uncertainty` the bootstrap interval of L*, and `calibrator`
-the `Calibrator` state machine. Method: `calibrated-clipping.md` §2; the rule as built and where
+upper bound, smoothing and caps), `lower_pool` the pooling of calibration windows behind L*,
+`order_interval` the distribution-free interval of L*, and `calibrator` the `Calibrator`
+state machine. Method: `calibrated-clipping.md` §2; the rule as built and where
 it departs from the method: `docs/calibrated-clipping.md`.
 """
 
@@ -22,11 +23,14 @@ from nemo_fp8_rl.calibration.calibrator import (
     all_gather_rows,
     updates_per_rollout_batch,
 )
-from nemo_fp8_rl.calibration.uncertainty import LowerInterval, lower_target_interval
+from nemo_fp8_rl.calibration.lower_pool import LowerPool, PooledTarget
+from nemo_fp8_rl.calibration.order_interval import LowerInterval, lower_target_interval
 
 __all__ = [
     "Calibrator",
     "LowerInterval",
+    "LowerPool",
+    "PooledTarget",
     "Samples",
     "UpperTarget",
     "all_gather_rows",

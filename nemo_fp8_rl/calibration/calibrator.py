@@ -20,7 +20,6 @@ from nemo_fp8_rl.calibration.bounds import (
     EDGE_MARGIN,
     Samples,
     lower_clip_fraction,
-    lower_target,
     prepare_rows,
     samples_from_rows,
     smooth_and_cap,
@@ -28,12 +27,13 @@ from nemo_fp8_rl.calibration.bounds import (
     upper_target,
 )
 from nemo_fp8_rl.calibration.diagnostics import overclip_stats
-from nemo_fp8_rl.calibration.uncertainty import lower_target_interval
+from nemo_fp8_rl.calibration.lower_pool import LowerPool
 from nemo_fp8_rl.config.project import CalibrationConfig
 
 Gather = Callable[[torch.Tensor], torch.Tensor]
-_STATE_VERSION = 1
-_BOOTSTRAP_SEED = 20_260_919  # + step: the same stream on every rank, a new one per calibration
+#: Per-step sums: Σ|p̃ − p|, Σp, dropped tokens, Σ r·|p̃/p − 1|, Σ r (θ pass, valid tokens).
+SUMS = 5
+_STATE_VERSION = 2  # 2: the pooled windows behind L* (version 1 states load with an empty pool)
 
 
 def all_gather_rows(t: torch.Tensor, group: Any = None) -> torch.Tensor:
@@ -79,8 +79,10 @@ class Calibrator:
     The update at a calibration step, from the pooled tokens and the bounds (L, H) in force
     (`docs/calibrated-clipping.md` states the rule and where it departs from the method):
 
-        m    = #{N⁻ : r < L0},   α = m / |N⁻|,   L* = (m+1)-th smallest r̃ over N⁻
-        w    = min(1, m / m_min)                                   (m_min = min_clipped_tokens)
+        m    = #{N⁻ : r < L0},   α = m / |N⁻|       (this window)
+        pool = the latest windows whose m add up to ≥ m_min (at most max_pool_windows)
+        M    = Σ_pool m,   L* = (M+1)-th smallest r̃ over the pooled N⁻
+        w    = min(1, M / m_min)                                   (m_min = min_clipped_tokens)
         L'   = clamp(L + clamp(w·β·(L* − L), ±δ_L), L_floor, L_ceil)       (the L in force next)
         ρ(h) = ρ(r̃; L', h),   ρ_best = min(ρ(r; L0, H0), ρ(H_max))
         H*   = min{ h ∈ [H_floor, H_max] : ρ(h) ≥ (1 − τ)·ρ_best }        (τ = rho_tolerance)
@@ -89,10 +91,14 @@ class Calibrator:
     H* is solved at L', the lower bound that will actually be in force, not at the raw L*: the
     negative mass N, hence the H needed, depends on it. H* is the narrowest bound at the best
     reachable balance, never the cap merely because ρ_ref is out of reach; a shortfall below τ
-    does not widen H (dead-band). The L update is weighted by w because L* rests on the m
-    BF16-clipped tokens: with few of them it is mostly sampling noise (its bootstrap 90 %
-    interval is logged as `calib_low_target_ci90_{lo,hi,width}`, m as
-    `calib_bf16_lower_count_neg`). Fewer than `min_tokens` tokens in N⁻ or N⁺ skip the update.
+    does not widen H (dead-band). L* rests on the M BF16-clipped tokens; with few per window
+    one window's L* is mostly sampling noise, so windows are pooled (`lower_pool`) until M
+    reaches m_min, and w < 1 only while the pool cannot reach it (the first windows of a run,
+    or fewer than m_min clipped tokens in max_pool_windows windows). Logged: m as
+    `calib_bf16_lower_count_neg`, M, the pooled windows and w as `calib_low_pool_clipped`,
+    `calib_low_pool_windows`, `calib_low_weight`, and the distribution-free 90 % interval of L*
+    (`order_interval`) as `calib_low_target_ci90_{lo,hi,width}`. Fewer than `min_tokens`
+    tokens in N⁻ or N⁺ skip the update (and add nothing to the pool).
 
     Args:
         cfg: the `loss_fn.calibration` section.
@@ -125,6 +131,7 @@ class Calibrator:
                 f"1 + ratio_clip_max = {self.nominal[1]}; raise high_max or lower ratio_clip_max"
             )
         self._bounds = tuple(cfg.init_bounds) if cfg.init_bounds is not None else self.nominal
+        self.lower_pool = LowerPool(self.nominal[0], cfg.min_clipped_tokens, cfg.max_pool_windows)
         self.last_calibration_step: int | None = None
         self.history: list[dict[str, float]] = []
         self.updates_per_step: int | None = None
@@ -187,7 +194,9 @@ class Calibrator:
 
         `weights` are the per-token loss weights w = aggregation weight x importance weight
         (default 1). `fp8_logprobs`/`bf16_logprobs` (optional, same weights θ) feed the
-        probability NMAE `Σ|p̃ − p| / Σp`.
+        probability NMAE `Σ|p̃ − p| / Σp` and the θ pass's error in the ratio's weighting,
+        `single_pass_nmae = Σ r·|p̃/p − 1| / Σ r`; `ratio_compounding = ratio_nmae /
+        single_pass_nmae` is √2 for independent errors of the two passes and 0 when they cancel.
         """
         if (fp8_logprobs is None) != (bf16_logprobs is None):
             raise ValueError("observe: pass both fp8_logprobs and bf16_logprobs, or neither")
@@ -196,27 +205,30 @@ class Calibrator:
         )
         self._chunks.append(rows)
         self._device = rows.device
-        sums = fp8_ratio.new_zeros(3, dtype=torch.float64)
+        sums = fp8_ratio.new_zeros(SUMS, dtype=torch.float64)
         sums[2] = dropped
         if fp8_logprobs is not None:
             p8, p16 = fp8_logprobs.detach().double().exp(), bf16_logprobs.detach().double().exp()
-            ok = torch.isfinite(p8) & torch.isfinite(p16)
+            r16 = bf16_ratio.detach().double()
+            ok = torch.isfinite(p8) & torch.isfinite(p16) & torch.isfinite(r16)
             if mask is not None:
                 ok &= mask > 0
             zero = torch.zeros((), dtype=torch.float64, device=p8.device)
             sums[0] = torch.where(ok, (p8 - p16).abs(), zero).sum()
             sums[1] = torch.where(ok, p16, zero).sum()
+            sums[3] = torch.where(ok, r16 * (p8 / p16 - 1.0).abs(), zero).sum()
+            sums[4] = torch.where(ok, r16, zero).sum()
         self._prob_sums = sums if self._prob_sums is None else self._prob_sums + sums
 
     def _pooled(self, gather: Gather | None) -> tuple[Samples, torch.Tensor]:
         """All observed rows (and prob-error sums) pooled over ranks; clears the buffer."""
         empty = {"dtype": torch.float64, "device": self._device}  # a rank may observe nothing
         rows = torch.cat(self._chunks) if self._chunks else torch.zeros(0, 4, **empty)
-        sums = self._prob_sums if self._prob_sums is not None else torch.zeros(3, **empty)
+        sums = self._prob_sums if self._prob_sums is not None else torch.zeros(SUMS, **empty)
         self._chunks, self._prob_sums = [], None
         if gather is not None:
             rows = gather(rows)
-            sums = gather(sums.to(rows.device).reshape(1, 3)).sum(0)
+            sums = gather(sums.to(rows.device).reshape(1, SUMS)).sum(0)
         rows, sums = rows.cpu(), sums.cpu()
         samples = samples_from_rows(rows, int(sums[2]))
         return samples, sums
@@ -284,6 +296,11 @@ class Calibrator:
             m["ratio_amplification"] = (
                 m["ratio_nmae"] / m["prob_nmae"] if m["prob_nmae"] > 0 else math.nan
             )
+        if float(sums[4]) > 0:  # the θ pass's FP8 error alone, in the ratio's weighting
+            m["single_pass_nmae"] = float(sums[3] / sums[4])
+            m["ratio_compounding"] = (
+                m["ratio_nmae"] / m["single_pass_nmae"] if m["single_pass_nmae"] > 0 else math.nan
+            )
         m.update(overclip_stats(s.fp8_ratio, s.bf16_ratio, s.advantages, None, l0, h0, self.dual_c))
         return m
 
@@ -300,9 +317,19 @@ class Calibrator:
             out["calib_skipped"] = 1.0
             return {**out, **self._bounds_metrics()}
         neg = s.neg
-        low_t, alpha = lower_target(s.fp8_ratio[neg], s.bf16_ratio[neg], l0)
-        out.update(calib_alpha=alpha, calib_low_target=low_t)
-        out.update(self._low_uncertainty(s, int(stats["calib_bf16_lower_count_neg"]), step))
+        self.lower_pool.add(step, s.fp8_ratio[neg], s.bf16_ratio[neg])
+        pooled = self.lower_pool.target(level=0.9)
+        low_t = pooled.low_target
+        out.update(
+            calib_alpha=stats["calib_bf16_lower_count_neg"] / n_neg,
+            calib_low_target=low_t,
+            calib_low_weight=pooled.weight,
+            calib_low_pool_clipped=float(pooled.clipped),
+            calib_low_pool_windows=float(pooled.windows),
+            calib_low_target_ci90_lo=pooled.interval.lo,
+            calib_low_target_ci90_hi=pooled.interval.hi,
+            calib_low_target_ci90_width=pooled.interval.hi - pooled.interval.lo,
+        )
         beta_low = cfg.smoothing * out["calib_low_weight"]
         new_low = smooth_and_cap(low, low_t, beta_low, cfg.max_step_low, *self.low_limits())
         out["calib_cap_hit_low"] = float(abs(beta_low * (low_t - low)) > cfg.max_step_low)
@@ -327,28 +354,9 @@ class Calibrator:
         )[0]
         return {**out, **self._bounds_metrics()}
 
-    def _low_uncertainty(self, s: Samples, clipped: int, step: int) -> dict[str, float]:
-        """Weight of the L update `min(1, m / min_clipped_tokens)` and the bootstrap interval of L*."""
-        cfg, neg = self.cfg, s.neg
-        weight = 1.0 if cfg.min_clipped_tokens == 0 else min(1.0, clipped / cfg.min_clipped_tokens)
-        ci = lower_target_interval(
-            s.fp8_ratio[neg],
-            s.bf16_ratio[neg],
-            self.nominal[0],
-            samples=cfg.bootstrap_samples,
-            level=0.9,
-            seed=_BOOTSTRAP_SEED + step,
-        )
-        return {
-            "calib_low_weight": weight,
-            "calib_low_target_ci90_lo": ci.lo,
-            "calib_low_target_ci90_hi": ci.hi,
-            "calib_low_target_ci90_width": ci.hi - ci.lo,
-        }
-
     # ---- checkpoints ----------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Plain-Python state for checkpoints (bounds, last calibration step, history)."""
+        """Plain-Python state for checkpoints (bounds, last calibration step, history, pool)."""
         if self._chunks:
             raise RuntimeError("Calibrator.state_dict: call update() for the current step first")
         return {
@@ -357,11 +365,12 @@ class Calibrator:
             "nominal": list(self.nominal),
             "last_calibration_step": self.last_calibration_step,
             "history": [dict(h) for h in self.history],
+            "lower_pool": self.lower_pool.state_dict(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore from `state_dict()`; refuses a checkpoint made with other nominal bounds."""
-        if state.get("version") != _STATE_VERSION:
+        if state.get("version") not in (1, _STATE_VERSION):
             raise ValueError(f"calibrator state: unsupported version {state.get('version')!r}")
         nominal = tuple(float(x) for x in state["nominal"])
         if any(abs(a - b) > 1e-12 for a, b in zip(nominal, self.nominal, strict=True)):
@@ -377,3 +386,4 @@ class Calibrator:
         self._bounds = (low, high)
         self.last_calibration_step = state["last_calibration_step"]
         self.history = [dict(h) for h in state["history"]]
+        self.lower_pool.load_state_dict(state.get("lower_pool", []))

@@ -128,6 +128,21 @@ def ratio_nmae(fp8_ratio: torch.Tensor, bf16_ratio: torch.Tensor, mask: torch.Te
     )
 
 
+def single_pass_nmae(
+    fp8_curr: Tensor, bf16_curr: Tensor, fp8_prev: Tensor, bf16_prev: Tensor, mask: Tensor
+) -> float:
+    """Ratio error of one FP8 pass alone, weighted like `ratio_nmae` (the compounding baseline).
+
+    With r = exp(lp_θ − lp_θold) in BF16 and e = lp̃ − lp the FP8 error of a pass: FP8 in the θ
+    pass only gives r·exp(e_θ), in the θ_old pass only r·exp(−e_θold). The result is the mean
+    of `Σ_M r·|exp(e_θ) − 1| / Σ_M r` and `Σ_M r·|exp(−e_θold) − 1| / Σ_M r`.
+    """
+    r = (bf16_curr.double() - bf16_prev.double()).exp()
+    only_curr = (fp8_curr.double() - bf16_prev.double()).exp()
+    only_prev = (bf16_curr.double() - fp8_prev.double()).exp()
+    return 0.5 * (ratio_nmae(only_curr, r, mask) + ratio_nmae(only_prev, r, mask))
+
+
 def ratio_amplification(
     fp8_ratio: Tensor, bf16_ratio: Tensor, fp8_lp: Tensor, bf16_lp: Tensor, mask: Tensor
 ) -> float:

@@ -47,17 +47,18 @@ class CalibrationConfig(_Section):
     min_clipped_tokens: int = Field(
         16,
         ge=0,
-        description="m_min: the L update is weighted by min(1, m / m_min), m = BF16-clipped "
-        "negative-advantage tokens L* rests on (0: no weighting)",
+        description="m_min: L* rests on at least this many BF16-clipped negative-advantage "
+        "tokens, pooled over the latest calibration windows; the L update is weighted by "
+        "min(1, M / m_min) only while the pool holds fewer (0: one window, no weighting)",
+    )
+    max_pool_windows: int = Field(
+        16, ge=1, description="at most this many calibration windows pooled for L*"
     )
     rho_tolerance: float = Field(
         0.005,
         ge=0.0,
         lt=1.0,
         description="tau: H* is the smallest H with rho >= (1 - tau) x the best reachable rho",
-    )
-    bootstrap_samples: int = Field(
-        200, ge=0, description="bootstrap replicates for the 90% interval of L* (0: off)"
     )
     init_bounds: tuple[float, float] | None = None
     log_ratio_clamp: float = Field(20.0, gt=0.0)

@@ -316,8 +316,11 @@ def shadow_metrics(
     With `p̃ = exp(lp8)`, `p = exp(lp16)` at the current weights, `r̃ = exp(lp8 − lp8_old)`,
     `r = exp(lp16 − lp16_old)`, over valid response tokens M:
     `prob_nmae = Σ|p̃ − p| / Σp`, `ratio_nmae = Σ|r̃ − r| / Σr`,
-    `ratio_amplification = ratio_nmae / prob_nmae` (the method's amplification of the probability
-    error in the importance ratio); the per-token variant `prob_relative_error = mean |p̃/p − 1|`
+    `ratio_amplification = ratio_nmae / prob_nmae` (the paper-style quotient: ≈ 2 even for one
+    FP8 pass, as its two sides weigh tokens differently); `single_pass_nmae`, the ratio error one
+    FP8 pass causes alone, weighted like `ratio_nmae` (`diagnostics.single_pass_nmae`), and
+    `ratio_compounding = ratio_nmae / single_pass_nmae`, the measure of compounding: √2 ≈ 1.41
+    for independent errors of the two passes, 0 when they cancel; the per-token variant `prob_relative_error = mean |p̃/p − 1|`
     and `prob_relative_error_over_nmae = prob_relative_error / prob_nmae`, a ratio of two
     probability-error measures with no importance ratio in it (it shows how much more the
     error weighs on low-probability tokens; tiny-model.md §6 calls it "amplification");
@@ -335,12 +338,17 @@ def shadow_metrics(
     out = {
         "prob_nmae": diag.prob_nmae(cat["fp8_curr"], cat["bf16_curr"], m),
         "ratio_nmae": diag.ratio_nmae(r8, r16, m),
+        "single_pass_nmae": diag.single_pass_nmae(
+            cat["fp8_curr"], cat["bf16_curr"], cat["fp8_prev"], cat["bf16_prev"], m
+        ),
         "prob_relative_error": diag.prob_relative_error(cat["fp8_curr"], cat["bf16_curr"], m),
         "bf16_lower_frac_neg": float((neg & (r16 < nominal[0])).sum()) / n_neg,
         "fp8_nominal_lower_frac_neg": float((neg & (r8 < nominal[0])).sum()) / n_neg,
     }
     nmae = out["prob_nmae"]
     out["ratio_amplification"] = out["ratio_nmae"] / nmae if nmae > 0 else math.nan
+    single = out["single_pass_nmae"]
+    out["ratio_compounding"] = out["ratio_nmae"] / single if single > 0 else math.nan
     out["prob_relative_error_over_nmae"] = (
         out["prob_relative_error"] / nmae if nmae > 0 else math.nan
     )
