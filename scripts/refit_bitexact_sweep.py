@@ -1,0 +1,120 @@
+"""Bit-exactness sweep: every FP8 weight of the shipped models against NeMo RL's own quantizer.
+
+For each model config in `nemo_fp8_rl/engines/nemo/model_configs/` (Llama-3.1-8B-Instruct,
+Qwen3-8B-Base, Qwen3-4B, Qwen3-30B-A3B by default), layer by layer, every tensor that vLLM holds
+in FP8 under NeMo RL's default rules (`NemoFp8Layout`) gets random BF16 values at its real shape
+(normal, standard deviation log-uniform in [1e-4, 1], a fresh draw per tensor), and the
+project's `quantize_blockwise_like_nemo_rl` must equal NeMo RL's `cast_tensor_to_fp8_blockwise`
+(loaded from `--nemo-rl-src`, called as its `load_weights` calls it) bit for bit, E4M3 codes and
+FP32 `scale_inv` alike. One tensor is alive at a time, so memory stays bounded (about 1 GB for
+Llama's 14336 x 4096 MLP weights, most of it NeMo RL's FP32 temporaries).
+
+`--pow2 alternate` (the default) quantizes each tensor with pow2 scales off or on by turns, so
+every tensor is covered once and both rules on every shape; `both` runs each tensor twice.
+Prints one line per model (tensors, elements, mismatches, seconds) and exits 1 on any mismatch.
+
+    uv run python scripts/refit_bitexact_sweep.py --nemo-rl-src /path/to/nemo-rl [--models qwen3-4b]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes
+from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
+from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
+from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
+
+CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
+MODELS = {
+    "llama-3.1-8b": "meta-llama--Llama-3.1-8B-Instruct.json",
+    "qwen3-8b": "Qwen--Qwen3-8B-Base.json",
+    "qwen3-4b": "Qwen--Qwen3-4B.json",
+    "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B.json",
+}
+
+
+def same_bits(
+    ours: tuple[torch.Tensor, torch.Tensor], theirs: tuple[torch.Tensor, torch.Tensor]
+) -> bool:
+    """E4M3 codes equal byte for byte, scales equal bit for bit (NaN scales: NaN in both)."""
+    (q1, s1), (q2, s2) = ours, theirs
+    if q1.shape != q2.shape or s1.shape != s2.shape or q1.dtype != q2.dtype or s1.dtype != s2.dtype:
+        return False
+    if not torch.equal(q1.view(torch.uint8), q2.view(torch.uint8)):
+        return False
+    nan1, nan2 = torch.isnan(s1), torch.isnan(s2)
+    bits_equal = s1.view(torch.int32) == s2.view(torch.int32)
+    return bool(torch.equal(nan1, nan2) and (bits_equal | nan1).all())
+
+
+def sweep_model(module, config: dict, pow2_mode: str, gen: torch.Generator) -> dict:
+    """Compare every FP8 weight of one model; returns counts and the first mismatches."""
+    rules = NemoFp8Rules(num_layers=config["num_hidden_layers"])
+    count = elements = 0
+    mismatches: list[str] = []
+    for layer in range(config["num_hidden_layers"]):
+        shapes = dict(hf_weight_shapes(config, layers=[layer], top_level=False))
+        layout = NemoFp8Layout(shapes, rules)
+        for name in sorted(layout.fp8_names):
+            std = 10 ** (-4 * torch.rand((), generator=gen).item())
+            weight = (torch.randn(shapes[name], generator=gen) * std).to(torch.bfloat16)
+            modes = (
+                (False, True)
+                if pow2_mode == "both"
+                else ({"off": False, "on": True}.get(pow2_mode, count % 2 == 1),)
+            )
+            for pow2 in modes:
+                ours = quantize_blockwise_like_nemo_rl(weight, pow2_scale=pow2)
+                if not same_bits(ours, nemo_rl_cast(module, weight, pow2)):
+                    mismatches.append(f"{name} pow2={pow2}")
+            count += 1
+            elements += weight.numel()
+            del weight
+        print(
+            f"  layer {layer}: {count} tensors, {len(mismatches)} mismatches",
+            file=sys.stderr,
+            flush=True,
+        )
+    return {"tensors": count, "elements": elements, "mismatches": mismatches}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nemo-rl-src", required=True, help="NeMo RL source tree (holds nemo_rl/)")
+    parser.add_argument("--models", default="all", help=f"comma list of {', '.join(MODELS)}")
+    parser.add_argument("--pow2", choices=("alternate", "off", "on", "both"), default="alternate")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args(argv)
+    names = list(MODELS) if args.models == "all" else args.models.split(",")
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}: use {', '.join(MODELS)}")
+    torch.set_num_threads(args.threads)
+    module = load_nemo_rl_fp8(args.nemo_rl_src)
+    gen = torch.Generator().manual_seed(args.seed)
+    failed = False
+    for name in names:
+        config = json.loads((CONFIGS / MODELS[name]).read_text())
+        start = time.perf_counter()
+        result = sweep_model(module, config, args.pow2, gen)
+        seconds = time.perf_counter() - start
+        failed |= bool(result["mismatches"])
+        print(
+            f"{name}: {result['tensors']} FP8 tensors, {result['elements'] / 1e9:.2f} G elements, "
+            f"pow2 {args.pow2}, {len(result['mismatches'])} mismatches, {seconds:.0f} s"
+            + (f" (first: {result['mismatches'][:3]})" if result["mismatches"] else ""),
+            flush=True,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
