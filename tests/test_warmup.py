@@ -18,8 +18,8 @@ from nemo_fp8_rl.engines.local.warmup import (
     greedy_accuracy,
     warm_start,
     warmup_eval_problems,
-    warmup_key,
 )
+from nemo_fp8_rl.engines.local.warmup_store import cache_key, config_key
 
 # one-digit addition with a 1-layer model: the phase transition comes within ~100 steps
 _SMALL = {"model": {"num_layers": 1}, "task": {"digits": 1}}
@@ -32,6 +32,7 @@ def _local(**warmup) -> LocalConfig:
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("NEMO_FP8_RL_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("NEMO_FP8_RL_WARMUPS", str(tmp_path / "no-shipped"))
     torch.set_num_threads(1)
 
 
@@ -87,8 +88,8 @@ def test_fixed_step_warmup_records_its_steps():
 
 def test_cache_key_follows_every_warmup_setting():
     vocab = build_tokenizer().get_vocab()
-    base = warmup_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab)
-    assert warmup_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab) == base
+    base = config_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab)
+    assert config_key(_local(target_accuracy=(0.2, 0.6)), 1, vocab) == base
     for change in (
         {"target_accuracy": (0.3, 0.6)},
         {"eval_every": 5},
@@ -96,8 +97,41 @@ def test_cache_key_follows_every_warmup_setting():
         {"eval_size": 64},
         {"target_accuracy": None},
     ):
-        assert warmup_key(_local(**{"target_accuracy": (0.2, 0.6), **change}), 1, vocab) != base
-    assert warmup_key(_local(target_accuracy=(0.2, 0.6)), 2, vocab) != base
+        assert config_key(_local(**{"target_accuracy": (0.2, 0.6), **change}), 1, vocab) != base
+    assert config_key(_local(target_accuracy=(0.2, 0.6)), 2, vocab) != base
+
+
+def test_cache_key_follows_the_numerics_and_the_shipped_key_does_not():
+    """A computed warm-up is cached per thread count (and CPU kernels, PyTorch version); a
+    shipped one is found by its configuration alone, whatever the machine."""
+    local, vocab = _local(steps=3), build_tokenizer().get_vocab()
+    one = cache_key(local, 1, vocab)
+    torch.set_num_threads(2)
+    try:
+        assert cache_key(local, 1, vocab) != one
+        assert config_key(local, 1, vocab) == config_key(_local(steps=3), 1, vocab)
+    finally:
+        torch.set_num_threads(1)
+
+
+def test_a_shipped_warmup_is_used_instead_of_training(tmp_path, monkeypatch):
+    tok = build_tokenizer()
+    local = _local(steps=5)
+    first = build_model(local.model, tok, seed=3)
+    built = warm_start(first, tok, local, seed=3)
+    assert built["source"] == "computed"
+    shipped = tmp_path / "shipped"
+    monkeypatch.setenv("NEMO_FP8_RL_WARMUPS", str(shipped))
+    (shipped / config_key(local, 3, tok.get_vocab())).mkdir(parents=True)
+    folder = shipped / config_key(local, 3, tok.get_vocab())
+    for name in ("model.safetensors", "meta.json"):
+        (folder / name).write_bytes(Path(built["path"]).with_name(name).read_bytes())
+    monkeypatch.setenv("NEMO_FP8_RL_CACHE", str(tmp_path / "empty-cache"))
+    fresh = build_model(local.model, tok, seed=3)
+    info = warm_start(fresh, tok, local, seed=3)
+    assert info["source"] == "shipped" and info["steps"] == 5 and info["cached"]
+    pairs = zip(fresh.state_dict().values(), first.state_dict().values(), strict=True)
+    assert all(torch.equal(a, b) for a, b in pairs)
 
 
 @pytest.mark.parametrize("band", [(0.0, 0.5), (0.6, 0.5), (0.2, 1.5)])

@@ -5,58 +5,33 @@ AdamW (weight decay 0), gradient clipping 1.0, FP32. It runs either a fixed numb
 with `local.warmup.target_accuracy: [lo, hi]`, until the greedy exact-match accuracy on a held-out
 warm-up set first reaches `lo` (checked every `eval_every` steps; an error if `max_steps` pass or
 the accuracy jumps past `hi` between checks). Both stop on a step count, never on time, so the
-starting point does not depend on the machine's speed. The result is cached under
-`~/.cache/nemo_fp8_rl/warmup/<hash>` (or `$NEMO_FP8_RL_CACHE`), keyed by everything that
-determines it, and shared by the BF16 and FP8 recipes of the same model and task.
+starting point does not depend on the machine's speed. Its floating-point result does depend on
+the machine (CPU kernels, threads), so a shipped warm-up of the same configuration
+(`data/warmup/`, `warmup_store`) is used when one exists, on every machine; otherwise the
+result is cached per configuration and numerics (`warmup_store.cache_key`) and shared by the
+BF16 and FP8 recipes of the same model and task.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import tempfile
-from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.engines.local import warmup_store
 from nemo_fp8_rl.engines.local.model import load_untied_state, token_logprobs, untied_state
 from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
 from nemo_fp8_rl.engines.local.task import Problems, exact_match_reward, sample_problems
 from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
 
-CACHE_VERSION = 2
 WARMUP_EVAL_SEED_OFFSET = 7_777
 
 
 class WarmupError(RuntimeError):
     """The warm-up did not end in its target accuracy band."""
-
-
-def cache_root() -> Path:
-    """Directory of cached warm-ups (`$NEMO_FP8_RL_CACHE/warmup` or `~/.cache/nemo_fp8_rl/warmup`)."""
-    base = os.environ.get("NEMO_FP8_RL_CACHE") or Path.home() / ".cache" / "nemo_fp8_rl"
-    return Path(base) / "warmup"
-
-
-def warmup_key(local: LocalConfig, seed: int, vocab: dict[str, int]) -> str:
-    """Hash of everything that determines the warm-up result."""
-    blob = json.dumps(
-        {
-            "version": CACHE_VERSION,
-            "model": local.model.model_dump(),
-            "task": local.task.model_dump(),
-            "warmup": local.warmup.model_dump(),
-            "seed": seed,
-            "vocab": sorted(vocab.items()),
-            "torch": torch.__version__.split("+")[0],
-        },
-        sort_keys=True,
-    )
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _sft_batch(
@@ -164,17 +139,19 @@ def train_warmup(
 def warm_start(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, local: LocalConfig, seed: int
 ) -> dict:
-    """Load the cached warm-up for this config into `model`, or run and cache it.
+    """Load the shipped or cached warm-up for this config into `model`, or run and cache it.
 
-    Returns `{"key", "cached", "final_loss", "steps", "accuracy", "path"}` for the run's
-    environment record (`accuracy`: the held-out greedy accuracy that ended a band warm-up).
+    Returns `{"key", "cached", "source", "final_loss", "steps", "accuracy", "checks", "path"}`
+    for the run's environment record (`source`: shipped, cache or computed; `accuracy`: the
+    held-out greedy accuracy that ended a band warm-up).
     """
-    key = warmup_key(local, seed, tokenizer.get_vocab())
-    path = cache_root() / key / "model.safetensors"
+    folder, source = warmup_store.lookup(local, seed, tokenizer.get_vocab())
+    path = folder / "model.safetensors"
     if path.exists():
-        load_untied_state(model, load_file(path), f"cached warm-up {path} (delete it to rebuild)")
-        meta = json.loads((path.parent / "meta.json").read_text())
-        return {"key": key, "cached": True, **_summary(meta), "path": str(path)}
+        load_untied_state(model, load_file(path), f"warm-up {path} (delete it to rebuild)")
+        meta = json.loads((folder / "meta.json").read_text())
+        return {"key": folder.name, "cached": True, "source": source, **_summary(meta),
+                "path": str(path)}  # fmt: skip
     result = train_warmup(model, tokenizer, local, seed)
     losses = result["losses"]
     meta = {
@@ -182,15 +159,11 @@ def warm_start(
         "steps": result["steps"],
         "accuracy": result["accuracy"],
         "checks": result["checks"],
+        "built_with": warmup_store.numerics(),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    state = untied_state(model)
-    with tempfile.TemporaryDirectory(dir=path.parent) as tmp:
-        save_file(state, Path(tmp) / "model.safetensors")
-        (Path(tmp) / "meta.json").write_text(json.dumps(meta))
-        os.replace(Path(tmp) / "meta.json", path.parent / "meta.json")
-        os.replace(Path(tmp) / "model.safetensors", path)
-    return {"key": key, "cached": False, **_summary(meta), "path": str(path)}
+    warmup_store.save(folder, untied_state(model), meta)
+    return {"key": folder.name, "cached": False, "source": "computed", **_summary(meta),
+            "path": str(path)}  # fmt: skip
 
 
 def _summary(meta: dict) -> dict:
