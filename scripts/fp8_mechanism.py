@@ -1,10 +1,15 @@
 """Controlled experiments: which engine factors make the FP8 ratio error compound.
 
-Each variant starts from the same cached warm-up (seed 1), runs a few GRPO steps in-process
+Each variant starts from the same warm-up (seed 1), runs a few GRPO steps in-process
 (the engine's Trainer and Rollout objects, no Ray) with BF16 shadow passes on every step and no
 calibration, and reports, averaged over the steps:
 - `prob_nmae = Σ|p̃ − p| / Σp` and `ratio_nmae = Σ|r̃ − r| / Σr` (trainer.shadow_metrics),
-  their quotient `ampl`;
+  their quotient `ratio_amplification` (the paper-style quotient: ≈ 2 even for one FP8 pass,
+  since its two sides weigh tokens differently);
+- `single_pass_nmae`: the ratio error one FP8 pass causes alone, weighted like `ratio_nmae`
+  (`diagnostics.single_pass_nmae`), and `ratio_compounding = ratio_nmae / single_pass_nmae`,
+  the measure of compounding: √2 ≈ 1.41 for independent errors of the two passes, 0 when they
+  cancel;
 - `rho`: correlation over tokens of the FP8 log-prob errors of the two passes,
   `e_old = lp8(θ_old) − lp16(θ_old)` and `e_cur = lp8(θ) − lp16(θ)`; the log-ratio error is
   `e_cur − e_old`, so rho near 1 means the errors cancel in the ratio;
@@ -12,8 +17,11 @@ calibration, and reports, averaged over the steps:
   whose BF16 / FP8 ratio is below the nominal lower bound 1 − ε;
 - `rel_err_over_nmae`: mean per-token |p̃/p − 1| over prob_nmae (how much more the ratio, a
   per-token quotient, weighs low-probability tokens than the probability NMAE does).
-Only the project's bit-exact FP8 emulation produces the errors. Usage:
-`uv run python scripts/fp8_mechanism.py [--steps 4] [--only NAME ...]`.
+Only the project's bit-exact FP8 emulation produces the errors; the warm-up is the shipped one
+(`data/warmup/`), so every machine starts from the same weights. Usage:
+`uv run python scripts/fp8_mechanism.py [--steps 4] [--only NAME ...] [--out FILE]`, and
+`--table FILE [--write docs/study/README.md]` for the Markdown table (written between the
+`<!-- mechanism-table:begin -->` and `<!-- mechanism-table:end -->` markers).
 """
 
 from __future__ import annotations
@@ -126,6 +134,8 @@ def run_variant(overrides: list[str], steps: int, run_dir) -> dict[str, float]:
         "prob_nmae",
         "ratio_nmae",
         "ratio_amplification",
+        "single_pass_nmae",
+        "ratio_compounding",
         "bf16_lower_frac_neg",
         "fp8_nominal_lower_frac_neg",
     )
@@ -151,21 +161,37 @@ def run_variant(overrides: list[str], steps: int, run_dir) -> dict[str, float]:
     return out
 
 
+BEGIN, END = "<!-- mechanism-table:begin -->", "<!-- mechanism-table:end -->"
+
+
 def table(path: Path) -> str:
     """Markdown table of a results JSONL (one row per variant, in file order)."""
     head = (
-        "| Variant | steps | prob NMAE | ratio NMAE | ratio ÷ prob | corr(e_old, e_cur) "
-        "| BF16 share r<1−ε (A<0) | FP8 share r<1−ε (A<0) |\n|---|---|---|---|---|---|---|---|"
+        "| Variant | steps | prob NMAE | ratio NMAE | paper-style quotient (ratio NMAE ÷ prob "
+        "NMAE) | single-pass ratio error | compounding (ratio error ÷ single-pass error) "
+        "| corr(e_old, e_cur) | BF16 share r<1−ε (A<0) | FP8 share r<1−ε (A<0) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = [head]
     for line in path.read_text().splitlines():
         d = json.loads(line)
         rows.append(
             f"| {d['variant']} | {d.get('steps', '?')} | {d['prob_nmae']:.4f} | "
-            f"{d['ratio_nmae']:.4f} | {d['ratio_amplification']:.2f} | {d['rho']:.2f} | "
+            f"{d['ratio_nmae']:.4f} | {d['ratio_amplification']:.2f} | "
+            f"{d['single_pass_nmae']:.4f} | {d['ratio_compounding']:.2f} | {d['rho']:.2f} | "
             f"{d['bf16_lower_frac_neg']:.4f} | {d['fp8_nominal_lower_frac_neg']:.4f} |"
         )
     return "\n".join(rows)
+
+
+def splice(path: Path, block: str) -> None:
+    """Replace the text between the mechanism-table markers of `path` with `block`."""
+    text = path.read_text(encoding="utf-8")
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise SystemExit(f"{path}: needs one {BEGIN} and one {END} marker")
+    head, rest = text.split(BEGIN)
+    _, tail = rest.split(END)
+    path.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}", encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,9 +200,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--out", default="/tmp/fp8_mechanism.jsonl")
     ap.add_argument("--table", help="only print the Markdown table of this JSONL file")
+    ap.add_argument("--write", type=Path, help="with --table: splice it into this Markdown file")
     args = ap.parse_args(argv)
     if args.table:
-        print(table(Path(args.table)))
+        block = table(Path(args.table))
+        if args.write:
+            splice(args.write, block)
+        else:
+            print(block)
         return 0
     torch.set_num_threads(1)
     names = args.only or list(VARIANTS)
