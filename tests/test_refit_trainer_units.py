@@ -3,10 +3,14 @@ a payload (the contract tests run the same checks inside NeMo RL's vLLM loading 
 
 from __future__ import annotations
 
+import types
+
 import pytest
 import torch
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.nemo import refit_workers
+from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
 from nemo_fp8_rl.engines.nemo.vllm_refit import (
     RefitPayloadError,
     check_chunk,
@@ -97,3 +101,75 @@ def test_chunk_must_match_the_metadata() -> None:
         check_chunk([(Q, torch.zeros(300, 200, dtype=BF16))], info)
     with pytest.raises(RefitPayloadError, match="not in the refit metadata"):
         check_chunk([("model.other.weight", torch.zeros(1))], info)
+
+
+# ---- the Megatron worker's refit stream (QuantizeOnTrainer) ---------------------------------
+
+
+class RecordingPolicyWorker:
+    """NeMo RL's `MegatronPolicyWorkerImpl` as the mixin sees it (its import needs Megatron-Bridge
+    and a GPU): `_iter_params_with_optional_kv_scales(kv_scales=None, conversion_tasks=None)`
+    yields the BF16 export and records its arguments; `prepare_refit_info` collects
+    `{name: (shape, dtype)}` from that stream, as NeMo RL's does."""
+
+    def __init__(self, export: list[tuple[str, torch.Tensor]]) -> None:
+        self.export = export
+        self.stream_calls: list[dict] = []
+        self.cfg = {"generation": {"vllm_cfg": {"precision": "fp8", "num_last_layers_in_bf16": 1}}}
+        layers = types.SimpleNamespace(num_layers=2)
+        self.megatron_bridge = types.SimpleNamespace(transformer_config=layers)
+
+    def _iter_params_with_optional_kv_scales(self, kv_scales=None, conversion_tasks=None):
+        self.stream_calls.append({"kv_scales": kv_scales, "conversion_tasks": conversion_tasks})
+        yield from self.export
+
+    def prepare_refit_info(self) -> dict:
+        return {n: (t.shape, t.dtype) for n, t in self._iter_params_with_optional_kv_scales()}
+
+
+class TrainerWorker(QuantizeOnTrainer, RecordingPolicyWorker):
+    pass
+
+
+def export() -> list[tuple[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    out = [("model.embed_tokens.weight", torch.randn(300, 128, generator=g).bfloat16())]
+    for i in range(2):
+        out.append(
+            (
+                f"model.layers.{i}.self_attn.q_proj.weight",
+                torch.randn(256, 128, generator=g).bfloat16(),
+            )
+        )
+        out.append((f"model.layers.{i}.input_layernorm.weight", torch.ones(128).bfloat16()))
+    out.append(("draft.model.layers.0.self_attn.q_proj.weight", torch.ones(128, 128).bfloat16()))
+    out.append(("model.layers.0.self_attn.k_scale", torch.ones(1)))
+    return out
+
+
+def test_worker_metadata_describes_the_stream_it_then_sends() -> None:
+    worker = TrainerWorker(export())
+    with pytest.raises(RuntimeError, match="before prepare_refit_info"):
+        list(worker._iter_params_with_optional_kv_scales())
+    info = worker.prepare_refit_info()
+    sent = list(
+        worker._iter_params_with_optional_kv_scales(kv_scales={"a": 1.0}, conversion_tasks=[7])
+    )
+    assert {n: (t.shape, t.dtype) for n, t in sent} == info
+    assert worker.stream_calls[-1] == {"kv_scales": {"a": 1.0}, "conversion_tasks": [7]}
+    dtypes = {n: t.dtype for n, t in sent}
+    assert dtypes["model.layers.0.self_attn.q_proj.weight"] == FP8  # layer 1 is the last, BF16
+    assert dtypes["model.layers.0.self_attn.q_proj.weight_scale_inv"] == F32
+    assert dtypes["model.layers.1.self_attn.q_proj.weight"] == BF16
+    assert dtypes["draft.model.layers.0.self_attn.q_proj.weight"] == BF16
+    assert info["model.layers.0.self_attn.q_proj.weight_scale_inv"][0] == (2, 1)
+    unchanged = dict(export())
+    for name in ("model.embed_tokens.weight", "model.layers.0.self_attn.k_scale"):
+        assert torch.equal(dict(sent)[name], unchanged[name])
+
+
+def test_bf16_rollout_is_refused_by_the_worker() -> None:
+    worker = TrainerWorker(export())
+    worker.cfg = {"generation": {"vllm_cfg": {"precision": "bfloat16"}}}
+    with pytest.raises(UserError, match="precision"):
+        worker.prepare_refit_info()

@@ -2,113 +2,131 @@
 every weight vLLM holds in FP8 replaced by its (E4M3, FP32 `_scale_inv`) pair.
 
 NeMo RL's Megatron worker produces one stream of (HF name, tensor) pairs,
-`_iter_params_with_optional_kv_scales`, and uses it three times: `prepare_refit_info` (the
+`_iter_params_with_optional_kv_scales`, and reads it three times: `prepare_refit_info` (the
 `{name: (shape, dtype)}` metadata both receivers size their buffers from),
 `stream_weights_via_ipc_zmq` (colocated) and `broadcast_weights_for_collective` (packed
-broadcast, non-colocated). `QuantizeOnTrainer` overrides that one method, so the metadata
-describes exactly what the two transports then send: for an FP8 weight W of shape (m, n),
+broadcast, non-colocated). `QuantizeOnTrainer` overrides that one method:
 
-    name            float8_e4m3fn  (m, n)
-    name_scale_inv  float32        (ceil(m/128), ceil(n/128))
+* during `prepare_refit_info` (`planned_stream`): the BF16 export is read once for its names,
+  shapes and dtypes, which fix the FP8 layout (`refit.nemo_fp8.NemoFp8Layout`: NeMo RL's
+  `_is_fp8_weight` rules under `init_fp8`'s settings, which need every streamed name); the
+  stream then yields shape-only tensors of what will be sent: for an FP8 weight of shape (m, n)
 
-quantized by `nemo_fp8_rl.refit.nemo_fp8` (NeMo RL's `cast_tensor_to_fp8_blockwise`
-bit for bit, grouped MoE expert slabs expanded per expert as NeMo RL's vLLM side does).
+      name            float8_e4m3fn  (m, n)
+      name_scale_inv  float32        (ceil(m/128), ceil(n/128))
+
+  and grouped MoE expert slabs as their per-expert pairs where NeMo RL expands them (7ea279a);
+* at every refit (`quantized_stream`): the same entries with the tensors quantized by
+  `refit.nemo_fp8` (bit-identical to NeMo RL's `cast_tensor_to_fp8_blockwise`), one exported
+  tensor at a time.
+
 Everything else (embeddings, norms, the LM head, BF16-kept layers, FP8 KV-cache scales and
 `draft.`-prefixed draft-model weights, which NeMo RL's vLLM side routes to the drafter in BF16)
-passes unchanged. Which weights vLLM holds in FP8 follows NeMo RL's `init_fp8` settings in
-`policy.generation.vllm_cfg` (`num_first_layers_in_bf16`, `num_last_layers_in_bf16`,
-`quantization_ignored_layer_kws`); the vLLM side checks the metadata against its model before
-the first refit (`vllm_refit.check_refit_info`).
-
-Imports neither NeMo RL nor vLLM (the mixin's base class is supplied by `worker`).
+passes unchanged. Imports neither NeMo RL nor vLLM at import time.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
+
 DRAFT_PREFIX = "draft."  # NeMo RL's prefix for trainer-owned draft-model weights
+NEMO_FP8_MODULE = "nemo_rl.models.generation.vllm.quantization.fp8"
+EXPANSION = "def _expand_grouped_moe_expert_to_fp8"
 
 
-@dataclass(frozen=True)
-class QuantizeSettings:
-    """What decides the FP8 set and its scales, read from NeMo RL's `vllm_cfg`."""
-
-    num_layers: int
-    num_first_layers_in_bf16: int = 0
-    num_last_layers_in_bf16: int = 0
-    ignored_layer_kws: tuple[str, ...] = ()
-    pow2_scale: bool = False
-
-    @classmethod
-    def from_vllm_cfg(cls, vllm_cfg: Mapping[str, Any], num_layers: int) -> QuantizeSettings:
-        """Settings as NeMo RL's `init_fp8` reads them (same keys, same defaults)."""
-        return cls(
-            num_layers=int(num_layers),
-            num_first_layers_in_bf16=int(vllm_cfg.get("num_first_layers_in_bf16", 0) or 0),
-            num_last_layers_in_bf16=int(vllm_cfg.get("num_last_layers_in_bf16", 0) or 0),
-            ignored_layer_kws=tuple(vllm_cfg.get("quantization_ignored_layer_kws", []) or ()),
-            pow2_scale=bool(vllm_cfg.get("pow2_weight_scaling_factors", False)),
-        )
+def nemo_rl_expands_grouped_experts() -> bool:
+    """Whether the NeMo RL in use expands grouped MoE expert slabs into per-expert FP8 pairs
+    (7ea279a does, v0.7.0 passes them on in BF16). Read from its source: importing that module
+    needs vLLM, which the Megatron worker's environment does not hold."""
+    try:
+        spec = importlib.util.find_spec(NEMO_FP8_MODULE)
+    except ModuleNotFoundError:  # no NeMo RL at all
+        return False
+    if spec is None or spec.origin is None:
+        return False
+    return EXPANSION in Path(spec.origin).read_text(encoding="utf-8")
 
 
-def quantize_entry(
-    name: str, tensor: torch.Tensor, settings: QuantizeSettings
-) -> list[tuple[str, torch.Tensor]]:
-    """The refit entries for one exported tensor: its FP8 pair(s) or the tensor unchanged."""
-    from nemo_fp8_rl.refit import nemo_fp8
-
-    return nemo_fp8.quantize_named(
-        name,
-        tensor,
-        num_layers=settings.num_layers,
-        num_first_layers_in_bf16=settings.num_first_layers_in_bf16,
-        num_last_layers_in_bf16=settings.num_last_layers_in_bf16,
-        ignored_layer_kws=settings.ignored_layer_kws,
-        pow2_scale=settings.pow2_scale,
+def rules_for_worker(cfg: Mapping[str, Any], num_layers: int) -> NemoFp8Rules:
+    """FP8 layout rules from a NeMo RL policy worker's config (`cfg["generation"]["vllm_cfg"]`)."""
+    vllm_cfg = (cfg.get("generation") or {}).get("vllm_cfg") or {}
+    return NemoFp8Rules.from_vllm_cfg(
+        vllm_cfg, num_layers, expand_grouped_experts=nemo_rl_expands_grouped_experts()
     )
 
 
-def quantized_stream(
-    named: Iterable[tuple[str, torch.Tensor]], settings: QuantizeSettings
-) -> Iterator[tuple[str, torch.Tensor]]:
-    """`named` with each FP8 weight replaced by (name, E4M3), (name_scale_inv, FP32).
+def planned_entries(
+    layout: NemoFp8Layout, name: str, shape: tuple[int, ...], dtype: torch.dtype
+) -> list[tuple[str, tuple[int, ...], torch.dtype]]:
+    """What one exported tensor travels as, (name, shape, dtype) each; draft weights unchanged."""
+    if name.startswith(DRAFT_PREFIX):
+        return [(name, tuple(shape), dtype)]
+    return layout.planned(name, tuple(shape), dtype)
 
-    Lazy: one exported tensor is quantized at a time, so the transports' buffers bound memory
-    as they do for NeMo RL's BF16 stream.
-    """
+
+def plan_layout(
+    named: Iterable[tuple[str, torch.Tensor]], rules: NemoFp8Rules
+) -> tuple[NemoFp8Layout, list[tuple[str, tuple[int, ...], torch.dtype]]]:
+    """Read the BF16 stream once: the layout and every planned (name, shape, dtype) entry."""
+    exported = [(n, tuple(t.shape), t.dtype) for n, t in named]  # tensors dropped one by one
+    layout = NemoFp8Layout([n for n, _, _ in exported if not n.startswith(DRAFT_PREFIX)], rules)
+    entries = [e for n, s, d in exported for e in planned_entries(layout, n, s, d)]
+    return layout, entries
+
+
+def shape_only(entries: Iterable[tuple[str, tuple[int, ...], torch.dtype]]) -> Iterator:
+    """(name, tensor on the meta device): shape and dtype, no storage."""
+    for name, shape, dtype in entries:
+        yield name, torch.empty(shape, dtype=dtype, device="meta")
+
+
+def quantized_stream(
+    named: Iterable[tuple[str, torch.Tensor]], layout: NemoFp8Layout
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """`named` with each FP8 weight replaced by its pair(s), lazily (one tensor at a time, so
+    the transports' buffers bound memory as they do for NeMo RL's BF16 stream)."""
     for name, tensor in named:
         if name.startswith(DRAFT_PREFIX):
             yield name, tensor
-            continue
-        yield from quantize_entry(name, tensor, settings)
-
-
-def refit_info(named: Iterable[tuple[str, torch.Tensor]]) -> dict[str, tuple[Any, torch.dtype]]:
-    """`{name: (shape, dtype)}` of a stream, as NeMo RL's `prepare_refit_info` collects it."""
-    return {name: (tensor.shape, tensor.dtype) for name, tensor in named}
-
-
-def settings_for_worker(cfg: Mapping[str, Any], num_layers: int) -> QuantizeSettings:
-    """Settings from a NeMo RL policy worker's config (`cfg["generation"]["vllm_cfg"]`)."""
-    generation = cfg.get("generation") or {}
-    return QuantizeSettings.from_vllm_cfg(generation.get("vllm_cfg") or {}, num_layers)
+        else:
+            yield from layout.quantize_named(name, tensor)
 
 
 class QuantizeOnTrainer:
     """Mixin for NeMo RL's `MegatronPolicyWorkerImpl`: the refit stream carries FP8 pairs.
 
-    Overrides the one stream NeMo RL's metadata step and both transports read, passing every
-    argument through (7ea279a adds `conversion_tasks`).
+    NeMo RL calls `prepare_refit_info` at setup, before any refit; it fixes the layout that
+    every later refit uses. Arguments of the stream method pass through (7ea279a adds
+    `conversion_tasks`).
     """
 
-    def _iter_params_with_optional_kv_scales(
-        self, *args: Any, **kwargs: Any
-    ) -> Iterator[tuple[str, torch.Tensor]]:
+    _fp8_layout: NemoFp8Layout | None = None
+    _fp8_planning: bool = False
+
+    def prepare_refit_info(self, *args: Any, **kwargs: Any) -> Any:
+        self._fp8_planning = True
+        try:
+            return super().prepare_refit_info(*args, **kwargs)  # type: ignore[misc]
+        finally:
+            self._fp8_planning = False
+
+    def _iter_params_with_optional_kv_scales(self, *args: Any, **kwargs: Any) -> Iterator:
         base = super()._iter_params_with_optional_kv_scales(*args, **kwargs)  # type: ignore[misc]
-        num_layers = self.megatron_bridge.transformer_config.num_layers  # type: ignore[attr-defined]
-        return quantized_stream(base, settings_for_worker(self.cfg, num_layers))  # type: ignore[attr-defined]
+        if self._fp8_planning:
+            num_layers = self.megatron_bridge.transformer_config.num_layers  # type: ignore[attr-defined]
+            layout, entries = plan_layout(base, rules_for_worker(self.cfg, num_layers))  # type: ignore[attr-defined]
+            self._fp8_layout = layout
+            return shape_only(entries)
+        if self._fp8_layout is None:
+            raise RuntimeError(
+                "refit.quantize_on: trainer: the FP8 refit stream was read before "
+                "prepare_refit_info fixed its layout (NeMo RL calls it in grpo.setup)"
+            )
+        return quantized_stream(base, self._fp8_layout)

@@ -38,9 +38,11 @@ from nemo_fp8_rl.engines.nemo.vllm_refit import (
 
 def holds_fp8(model: Any, name: str) -> bool:
     """Whether vLLM's `model` holds `name` in FP8: NeMo RL's `_is_fp8_weight`; for a grouped
-    expert slab (no `.weight` suffix), whether that layer's experts are FP8 (as 7ea279a's
-    `fp8.load_weights` decides it)."""
+    expert slab (no `.weight` suffix), whether NeMo RL expands it into per-expert FP8 pairs
+    (7ea279a's `fp8.load_weights` does where the layer's experts are FP8; v0.7.0 never does)."""
     if name.endswith(GROUPED_SLABS):
+        if not hasattr(fp8, "_expand_grouped_moe_expert_to_fp8"):
+            return False
         experts = fp8._get_module_from_param_name(model, name)
         w13, w2 = getattr(experts, "w13_weight", None), getattr(experts, "w2_weight", None)
         return all(w is not None and w.dtype == torch.float8_e4m3fn for w in (w13, w2))
