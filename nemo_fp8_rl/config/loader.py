@@ -179,6 +179,9 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
             issues.append(_malformed(item))
             continue
         value = parse_yaml(raw, f"override {item}") if raw.strip() else None
+        if isinstance(value, str) and "\n" in raw.strip() and "\n" not in value:
+            issues.append(_folded(key, value))
+            continue
         node = config
         parts = key.split(".")
         for part in parts[:-1]:
@@ -189,6 +192,16 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
         _forget(prov, key)
         prov.update(leaf_sources(value, "override", f"{key}."))
     return issues
+
+
+def _folded(key: str, value: str) -> ConfigIssue:
+    """A line break in an override's value, which YAML would silently fold into a space."""
+    return ConfigIssue(
+        key,
+        f"value holds a line break, which YAML folds into a space ({value!r})",
+        'write the value on one line (a quoted "\\n" keeps a newline where one is allowed)',
+        "override",
+    )
 
 
 def _well_formed(key: str) -> bool:
