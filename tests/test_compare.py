@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from nemo_fp8_rl.analysis.compare import (
+    FORCED,
     TAIL_STEPS,
     align,
     compare_runs,
@@ -343,6 +344,24 @@ def test_tiny_pair_is_fair_and_grouped():
     entry = next(e for e in groups["precision"] if e.key == "policy.generation.vllm_cfg.precision")
     assert entry.values == ("bfloat16", "fp8")
     assert [e.key for e in groups["calibration"]] == ["loss_fn.calibration.enabled"]
+
+
+def test_gpu_pairs_differ_only_in_precision_or_stated_forced_keys():
+    """A FORCED key (the FP8 engine needs it) is shown as such, with its reason, and stays fair."""
+    llama = "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g"
+    bf16, fp8 = (load_recipe(f"{llama}-{v}") for v in ("bf16", "fp8"))
+    diff = diff_configs(["bf16", "fp8"], [bf16.config, fp8.config])
+    assert diff.fair and diff.warnings == []
+    (forced,) = diff.by_group()["forced"]
+    assert forced.key == "policy.generation.vllm_kwargs.kv_cache_memory_bytes"
+    assert forced.values == ("<absent>", 21474836480)
+    assert diff.notes == [f"forced: {forced.key}: {FORCED[forced.key]}"]
+    qwen = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g"
+    pair = [load_recipe(f"{qwen}-{v}").config for v in ("bf16", "fp8")]
+    groups = diff_configs(["bf16", "fp8"], pair).by_group()
+    assert "forced" not in groups and "other" not in groups
+    keys = [e.key for g in groups.values() for e in g]
+    assert "policy.generation.vllm_cfg.gpu_memory_utilization" not in keys
 
 
 def test_pair_differing_elsewhere_warns_with_the_keys():

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from nemo_fp8_rl.analysis.compare import FORCED
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
 from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 
@@ -30,12 +31,12 @@ PAIR_ALLOWED = (
     "policy.generation.vllm_cfg.precision",
     "policy.generation.vllm_cfg.kv_cache_dtype",
     "policy.generation.vllm_cfg.use_deep_gemm",
-    "policy.generation.vllm_cfg.gpu_memory_utilization",
     "policy.generation.vllm_cfg.pow2_",
     "policy.generation.vllm_cfg.num_first_layers_in_bf16",
     "policy.generation.vllm_cfg.num_last_layers_in_bf16",
     "policy.generation.vllm_cfg.quantization_ignored_layer_kws",
     "policy.generation.vllm_cfg.is_mx",
+    *FORCED,  # forced by the FP8 engine, with the reason (compare shows them as `forced`)
     "loss_fn.calibration.",
     "refit.",
     "logger.log_dir",

@@ -4,8 +4,9 @@ Two questions, two halves of this module:
 
 1. *Recipes.* `diff_configs` flattens resolved configs to dotted keys and groups every key whose
    value differs: `precision` (FP8 in vLLM and Megatron, and the keys FP8 recipes must change with
-   it), `refit`, `calibration` (`loss_fn.calibration`), `derived` (paths and names that follow
-   from the file name) and `other`. A BF16/FP8 pair is a fair comparison only when nothing
+   it), `forced` (a key an FP8 recipe must set for its engine to run, with the reason in
+   `FORCED`), `refit`, `calibration` (`loss_fn.calibration`), `derived` (paths and names that
+   follow from the file name) and `other`. A BF16/FP8 pair is a fair comparison only when nothing
    differs under `other`; otherwise the diff carries a warning naming the keys.
 2. *Runs.* `compare_runs` reads metrics (see `nemo_fp8_rl.analysis.rundata`), aligns them by step, reduces
    each to the summary columns in `COLUMNS`, finds entropy surges, and writes one verdict per FP8
@@ -40,15 +41,22 @@ PRECISION_PREFIXES = (
     "policy.generation.vllm_cfg.num_last_layers_in_bf16",
     "policy.generation.vllm_cfg.pow2_",
     "policy.generation.vllm_cfg.quantization_ignored_layer_kws",
-    "policy.generation.vllm_cfg.gpu_memory_utilization",
-    "policy.generation.vllm_kwargs.kv_cache_memory_bytes",
     "loss_fn.use_importance_sampling_correction",
     "loss_fn.truncated_importance_sampling_",
 )
+# Keys a pair may differ in only because the FP8 engine needs it, with the reason (the recipe
+# that sets the key says the same, with its evidence).
+FORCED = {
+    "policy.generation.vllm_kwargs.kv_cache_memory_bytes": (
+        "FP8 rollout memory: vLLM 0.25.1 (NeMo RL main) runs out of memory waking the FP8 engine "
+        "unless the KV cache is pinned (NeMo RL's grpo-llama3.1-8b-instruct-1n8g-megatron-"
+        "fp8-rollouts.v3.yaml pins 20 GiB)"
+    ),
+}
 REFIT_PREFIXES = ("refit.", "policy.refit_", "policy.generation.refit_")
 CALIBRATION_PREFIXES = ("loss_fn.calibration.",)
 DERIVED_KEYS = DERIVED  # derived from the recipe name: differ in every pair, by design
-GROUPS = ("precision", "refit", "calibration", "other", "derived")
+GROUPS = ("precision", "forced", "refit", "calibration", "other", "derived")
 ABSENT = "<absent>"
 
 TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
@@ -72,9 +80,11 @@ def flatten(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def group_of(key: str) -> str:
-    """The diff group of a dotted key: precision, refit, calibration, derived or other."""
+    """The diff group of a dotted key: precision, forced, refit, calibration, derived or other."""
     if key in DERIVED_KEYS:
         return "derived"
+    if key in FORCED:
+        return "forced"
     for group, prefixes in (
         ("calibration", CALIBRATION_PREFIXES),
         ("precision", PRECISION_PREFIXES),
@@ -101,6 +111,7 @@ class RecipeDiff:
     names: list[str]
     entries: list[DiffEntry]
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # why each `forced` key differs
 
     def by_group(self) -> dict[str, list[DiffEntry]]:
         """Entries by group, in `GROUPS` order, empty groups left out."""
@@ -109,7 +120,7 @@ class RecipeDiff:
 
     @property
     def fair(self) -> bool:
-        """True when the configs differ only in precision, refit, calibration and derived keys."""
+        """True when the configs differ only in precision, forced, refit, calibration and derived keys."""
         return not any(e.group == "other" for e in self.entries)
 
 
@@ -131,6 +142,7 @@ def diff_configs(names: Sequence[str], configs: Sequence[Mapping[str, Any]]) -> 
         if any(v != values[0] for v in values[1:]):
             entries.append(DiffEntry(key, values, group_of(key)))
     diff = RecipeDiff(list(names), entries)
+    diff.notes += [f"forced: {e.key}: {FORCED[e.key]}" for e in entries if e.group == "forced"]
     other = [e.key for e in entries if e.group == "other"]
     if other:
         shown = ", ".join(other[:8]) + (f" and {len(other) - 8} more" if len(other) > 8 else "")

@@ -238,6 +238,7 @@ def render_diff_markdown(diff: RecipeDiff | None, level: int = 1) -> list[str]:
         ]
     lines = [f"{hashes} Recipe differences: {' vs '.join(diff.names)}", ""]
     lines += [f"> **Warning:** {w}" for w in diff.warnings]
+    lines += [f"> {n}" for n in diff.notes]
     lines += (
         ["", *md_table(*diff_rows(diff))]
         if diff.entries
@@ -333,5 +334,7 @@ def print_diff(diff: RecipeDiff, console=None) -> None:
         for e in entries:
             values = joiner.join(str(v) for v in e.values)
             console.print(f"  {escape(e.key)}: {escape(values)}", highlight=False, soft_wrap=True)
+    for note in diff.notes:
+        console.print(f"[bold]note[/bold] {escape(note)}", highlight=False)
     for warning in diff.warnings:
         console.print(f"[bold red]warning[/bold red] {escape(warning)}", highlight=False)
