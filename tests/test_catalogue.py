@@ -104,7 +104,7 @@ def test_console_script_prints_no_traceback(case: Case, tmp_path, hf_source, mon
     before = tree_state(ws)
     script = Path(sys.executable).parent / f"nemo_fp8_rl.{case.command}"
     proc = subprocess.run(
-        [str(script), *argv], capture_output=True, text=True, timeout=120, env=dict(os.environ)
+        [str(script), *argv], capture_output=True, text=True, timeout=600, env=dict(os.environ)
     )
     check_case_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
     assert tree_state(ws) == before
@@ -190,7 +190,7 @@ def test_sigkill_then_resume_reproduces_the_run(tmp_path, monkeypatch) -> None:
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     again = _train(tmp_path / "part")  # neither --resume nor --overwrite: refused, nothing lost
-    assert again.wait(timeout=120) == 2 and "--resume to continue it" in again.stderr.read()
+    assert again.wait(timeout=600) == 2 and "--resume to continue it" in again.stderr.read()
     resumed = _train(tmp_path / "part", "--resume")
     assert resumed.wait(timeout=900) == 0, resumed.stderr.read()
     assert _train_values(tmp_path / "part") == _train_values(tmp_path / "full")

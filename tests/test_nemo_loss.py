@@ -205,7 +205,7 @@ def test_pickled_loss_runs_in_a_separate_process_with_only_the_package(tmp_path)
         check=True,
         env=env,
         cwd=tmp_path,
-        timeout=120,
+        timeout=600,
     )
     out, metrics, payload, grad, bounds, imported_nemo_rl = pickle.loads(
         (tmp_path / "out.pkl").read_bytes()
