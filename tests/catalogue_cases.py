@@ -371,7 +371,7 @@ CASES: list[Case] = [
     Case("submit-run-dir-file", "submit", ("--recipe", T, "--run-dir", "{ws}/run"), 2, "run: is a file, not a folder", _set("run", "x")),
     Case("submit-run-dir-other-recipe", "submit", ("--recipe", T, "--run-dir", "{ws}/run"), 2, "holds a run of recipe 'grpo-tiny-qwen3-cpu-fp8'", lambda ws: ws.run(recipe=FP8)),
     Case("submit-run-dir-user-files", "submit", ("--recipe", T, "--run-dir", "{ws}/run"), 2, "not a run of this recipe", lambda ws: ws.write("run/a.txt", "a")),
-    Case("submit-bad-job-id", "submit", ("status", "abc;ls"), 1, "'abc;ls' is not a Slurm job id"),
+    Case("submit-bad-job-id", "submit", ("status", "abc;ls"), 1, "job id 'abc;ls': not a Slurm job id"),
     Case("submit-bad-override", "submit", ("--recipe", T, "grpo.seed=-5", "--dry-run"), 2, "grpo.seed: value -5 out of range"),
     # ---- compare ----------------------------------------------------------------------------
     Case("compare-run-with-itself", "compare", ("{ws}/bf16", "{ws}/bf16"), 2, "is the same run as", _compare_runs),

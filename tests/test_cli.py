@@ -11,6 +11,7 @@ import pytest
 
 from nemo_fp8_rl.cli import recipes as recipes_cli
 from nemo_fp8_rl.cli import train as train_cli
+from nemo_fp8_rl.cli.common import invoke
 
 BIN = Path(sys.executable).parent
 
@@ -70,11 +71,11 @@ def test_train_dry_run_prints_config_and_engine(capsys):
 
 
 def test_train_refuses_gpu_recipe_on_local_engine(capsys):
-    code = train_cli.main(["--recipe", "qwen3-4b/grpo-qwen3-4b-1n8g-fp8", "--engine", "local"])
-    assert code == 3
+    argv = ["--recipe", "qwen3-4b/grpo-qwen3-4b-1n8g-fp8", "--engine", "local"]
+    assert invoke(train_cli.main, argv) == 3
     assert (
         "the local engine runs CPU recipes only (cluster.gpus_per_node: 0)"
-        in capsys.readouterr().out
+        in capsys.readouterr().err
     )
 
 

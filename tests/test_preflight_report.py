@@ -12,6 +12,7 @@ import pytest
 
 from nemo_fp8_rl.cli import submit as submit_cli
 from nemo_fp8_rl.cli import train as train_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.engines.nemo.preflight.located import (
     LocatedError,
     locate,
@@ -105,8 +106,9 @@ nemo_missing = pytest.mark.skipif(
 
 @nemo_missing
 def test_train_preflight_without_nemo_rl_says_why(capsys) -> None:
-    code = train_cli.main(["--recipe", "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", "--preflight"])
-    assert code == 3 and "preflight not run" in capsys.readouterr().out
+    argv = ["--recipe", "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", "--preflight"]
+    assert invoke(train_cli.main, argv) == 3
+    assert capsys.readouterr().err.startswith("error: --preflight: NeMo RL is not usable here")
 
 
 @nemo_missing

@@ -16,6 +16,7 @@ import yaml
 from tiny_fast import TWO_STEPS
 
 from nemo_fp8_rl.cli import train as train_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.runs.seeds import (
     SeedSpecError,
     parse_seeds,
@@ -79,9 +80,9 @@ def test_launcher_runs_every_seed_and_records_failures(tmp_path):
 
 def test_seeds_refuses_seed_override_and_bad_list(capsys):
     recipe = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-bf16"]
-    assert train_cli.main([*recipe, "--seeds", "1,2", "grpo.seed=4"]) == 2
+    assert invoke(train_cli.main, [*recipe, "--seeds", "1,2", "grpo.seed=4"]) == 2
     assert "drop the grpo.seed override" in capsys.readouterr().err
-    assert train_cli.main([*recipe, "--seeds", "2-1"]) == 2
+    assert invoke(train_cli.main, [*recipe, "--seeds", "2-1"]) == 2
     assert "not a range" in capsys.readouterr().err
 
 
@@ -91,7 +92,7 @@ def test_seeds_checks_every_run_dir_before_starting(tmp_path, capsys):
     (group / "seed-2").mkdir(parents=True)
     (group / "seed-2" / "recipe.yaml").write_text(yaml.safe_dump({"grpo": {"seed": 99}}))
     args = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-bf16", "--run-dir", str(group), "--seeds", "1,2"]
-    assert train_cli.main(args) == 2
+    assert invoke(train_cli.main, args) == 2
     assert f"{group / 'seed-2'}: already holds a run" in capsys.readouterr().err
     assert not (group / "seed-1").exists()
 

@@ -14,6 +14,7 @@ import yaml
 from tiny_fast import TWO_STEPS
 
 from nemo_fp8_rl.cli import submit as submit_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.slurm import JobSpecError, array_tasks, build_job_spec, render_sbatch
 from nemo_fp8_rl.slurm.render import array_range
@@ -52,13 +53,13 @@ def test_submit_seeds_dry_run_and_bad_input(capsys, tmp_path):
     args = ["--recipe", RECIPE, "--run-dir", str(tmp_path / "g"), "--dry-run"]
     assert submit_cli.main([*args, "--seeds", "1-2"]) == 0
     assert '#SBATCH --array="1-2"' in capsys.readouterr().out
-    assert submit_cli.main([*args, "--seeds", "x"]) == 2
+    assert invoke(submit_cli.main, [*args, "--seeds", "x"]) == 2
     assert "is not a seed or a range" in capsys.readouterr().err
-    assert submit_cli.main([*args, "--seeds", "1", "grpo.seed=3"]) == 2
+    assert invoke(submit_cli.main, [*args, "--seeds", "1", "grpo.seed=3"]) == 2
     assert "drop the grpo.seed override" in capsys.readouterr().err
     (tmp_path / "g" / "seed-2").mkdir(parents=True)
     (tmp_path / "g" / "seed-2" / "metrics.jsonl").write_text("")
-    assert submit_cli.main([*args, "--seeds", "1-2"]) == 2
+    assert invoke(submit_cli.main, [*args, "--seeds", "1-2"]) == 2
     assert "seed-2: folder holds files that are not a run" in capsys.readouterr().err
 
 

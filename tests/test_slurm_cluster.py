@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from nemo_fp8_rl.cli import submit as submit_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.slurm import job_status, wait_for_state
 
 pytestmark = pytest.mark.slurm
@@ -187,5 +188,5 @@ def test_local_cluster_status_and_unknown_job(cluster, capsys):
     )
     assert proc.returncode == 0, proc.stderr
     assert "slurmctld up" in proc.stdout and re.search(r"^n2 ", proc.stdout, re.M)
-    assert submit_cli.main(["status", "999999"]) == 1
-    assert "job 999999: UNKNOWN" in capsys.readouterr().out
+    assert invoke(submit_cli.main, ["status", "999999"]) == 1
+    assert "job 999999: Slurm has no record of it" in capsys.readouterr().err

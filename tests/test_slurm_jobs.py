@@ -5,13 +5,14 @@ from __future__ import annotations
 import pytest
 
 from nemo_fp8_rl.cli import submit as submit_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.slurm import SlurmError, submit
 from nemo_fp8_rl.slurm.jobs import JobStatus, check_job_id
 
 
 @pytest.mark.parametrize("job_id", ["", "12;rm -rf /", "$(id)", "1 2", "-1", "12_"])
 def test_job_ids_other_than_numbers_are_refused(job_id):
-    with pytest.raises(SlurmError, match="is not a Slurm job id"):
+    with pytest.raises(SlurmError, match="not a Slurm job id"):
         check_job_id(job_id)
 
 
@@ -21,9 +22,9 @@ def test_array_job_ids_pass():
 
 def test_missing_slurm_commands_give_a_fix(monkeypatch, tmp_path, capsys):
     monkeypatch.setenv("PATH", str(tmp_path))  # a machine without Slurm's client commands
-    assert submit_cli.main(["status", "7"]) == 1
+    assert invoke(submit_cli.main, ["status", "7"]) == 1
     err = capsys.readouterr().err
-    assert "not found: Slurm's client commands are not installed here" in err
+    assert ": not found (Slurm's client commands are not installed here)" in err
     assert "scripts/local-slurm.sh up" in err
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nemo_fp8_rl.cli import submit as submit_cli
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
 from nemo_fp8_rl.slurm import JobSpecError, build_job_spec, frozen_recipe_text, render_sbatch
 from nemo_fp8_rl.slurm.spec import split_mounts
@@ -219,19 +220,13 @@ def test_cli_resume_reaches_the_training_command(capsys):
 
 
 def test_cli_reports_bad_input(capsys):
-    assert (
-        submit_cli.main(
-            ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run", "--mounts", "a:b,,c"]
-        )
-        == 2
-    )
+    argv = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run", "--mounts", "a:b,,c"]
+    assert invoke(submit_cli.main, argv) == 2
     assert "--mounts: '' is not a mount" in capsys.readouterr().err
-    assert (
-        submit_cli.main(["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run", "grpo.nope=1"])
-        == 2
-    )
-    assert submit_cli.main(["status", "12;rm"]) == 1
-    assert "'12;rm' is not a Slurm job id" in capsys.readouterr().err
+    argv = ["--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8", "--dry-run", "grpo.nope=1"]
+    assert invoke(submit_cli.main, argv) == 2
+    assert invoke(submit_cli.main, ["status", "12;rm"]) == 1
+    assert "job id '12;rm': not a Slurm job id" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(
@@ -278,5 +273,5 @@ def test_cli_eval_dry_run_renders_a_one_node_evaluation_job(tmp_path, capsys):
 
 
 def test_cli_eval_of_a_missing_run_is_an_error(tmp_path, capsys):
-    assert submit_cli.main(["--eval", str(tmp_path / "nope"), "--dry-run"]) != 0
+    assert invoke(submit_cli.main, ["--eval", str(tmp_path / "nope"), "--dry-run"]) != 0
     assert "is not a run directory" in capsys.readouterr().err

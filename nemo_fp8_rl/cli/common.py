@@ -1,19 +1,24 @@
-"""Pieces every command shares: recipe arguments, trailing overrides, and the one error path.
+"""Pieces every command shares: the parser, recipe arguments, overrides, and the one error path.
 
 `invoke(main, argv)` runs a command's `main` and turns every failure into one line on stderr,
-`error: <where>: <what>. Fix: <how>`, with exit code 2 (usage, configuration) or 1 (runtime);
-an unexpected exception is reported as an internal error with where to report it. `--debug`
-(or `NEMO_FP8_RL_DEBUG=1`) also prints the traceback.
+`error: <where>: <what>. Fix: <how>`, with the exit codes of `usage.EXIT_CODES` (2 usage or
+configuration, 1 runtime, 3 engine not usable); an unexpected exception is reported as an
+internal error with where to report it. `--debug` (or `NEMO_FP8_RL_DEBUG=1`) also prints the
+traceback. Output into a pipe that closed early (`| head`) ends the command quietly with 141,
+the status the shell shows for a program killed by SIGPIPE.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import select
 import sys
 import traceback
 from collections.abc import Callable
+from typing import Any
 
+from nemo_fp8_rl.cli.usage import epilog, version
 from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
 REPORT_TO = "the nemo-fp8-rl issue tracker"
@@ -21,16 +26,46 @@ REPORT_TO = "the nemo-fp8-rl issue tracker"
 Main = Callable[[list[str] | None], int]
 
 
+PIPE_CLOSED = 128 + 13  # what the shell reports for a program killed by SIGPIPE
+# The one seed syntax of every command that takes --seeds.
+SEEDS_SYNTAX = "a comma-separated list and/or inclusive ranges, e.g. 1-3 or 1,2,5 or 1-3,7"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse with the project's error line: `error: <prog>: <what>. Fix: see --help` (exit 2)."""
+    """argparse with the project's error line (`error: <prog>: <what>. Fix: see --help`, exit 2)
+    and, given `examples`, an epilog of examples and exit codes; a top-level parser (`top`) also
+    gets `--version` and `--debug`. Sub-command parsers are of this class too."""
+
+    def __init__(self, *args: Any, examples: list[str] | None = None, top: bool = True, **kw: Any):
+        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        if examples is not None:
+            kw["epilog"] = epilog(examples)
+        super().__init__(*args, **kw)
+        if top and examples is not None:
+            self.add_argument("--version", action="version", version=f"%(prog)s {version()}")
+            self.add_argument(
+                "--debug", action="store_true", help="on a failure, also print the traceback"
+            )
+
+    def add_subparsers(self, **kw: Any) -> Any:
+        """Sub-command parsers are `SubcommandParser`s (no --version or --debug of their own)."""
+        kw.setdefault("parser_class", SubcommandParser)
+        return super().add_subparsers(**kw)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         self.exit(USAGE, f"error: {self.prog}: {message}. Fix: see `{self.prog} --help`.\n")
 
 
+class SubcommandParser(ArgumentParser):
+    """The parser of one sub-command (`recipes list`, `refit export`)."""
+
+    def __init__(self, *args: Any, **kw: Any):
+        super().__init__(*args, top=False, **kw)
+
+
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """`--recipe R` plus trailing `dotted.key=value` overrides."""
+    """`--recipe R` plus trailing `dotted.key=value` and `~dotted.key` overrides."""
     parser.add_argument(
         "--recipe",
         required=required,
@@ -39,8 +74,9 @@ def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     parser.add_argument(
         "overrides",
         nargs="*",
-        metavar="key=value",
-        help="config overrides, checked by the same schema",
+        metavar="key=value|~key",
+        help="overrides checked by the recipe's schema: dotted.key=value sets a key, "
+        "~dotted.key deletes one",
     )
 
 
@@ -62,9 +98,10 @@ def _known(exc: BaseException) -> tuple[int, str] | None:
         "HandoffError",
         "RefitPlanError",
         "MappingError",
+        "SeedSpecError",
     }:
         return USAGE, str(exc)
-    if names & {"SlurmError", "RefitError", "EngineUnavailable"}:
+    if names & {"SlurmError", "RefitError"}:
         return RUNTIME, str(exc)
     if isinstance(exc, UnicodeDecodeError):
         return RUNTIME, f"input: not a text file ({exc.reason}). Fix: pass a UTF-8 text file."
@@ -73,6 +110,24 @@ def _known(exc: BaseException) -> tuple[int, str] | None:
         what = exc.strerror or str(exc)
         return RUNTIME, f"{where}: {what}. Fix: check the path, its permissions and free space."
     return None
+
+
+def stdout_closed() -> bool:
+    """True when stdout is a pipe whose reader has gone (poll reports an error on it)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a capture without a descriptor
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poller.poll(0))
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -> int:
@@ -91,21 +146,31 @@ def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -
             file=sys.stderr,
         )
         return 130
+    except BrokenPipeError as exc:
+        if stdout_closed():  # `| head` read what it wanted: not a failure to report
+            _quiet_stdout()
+            return PIPE_CLOSED
+        return _report(exc, prog, debug)
     except Exception as exc:  # noqa: BLE001 (the one place every failure is reported)
-        known = _known(exc)
-        if debug:
-            traceback.print_exc()
-        if known is not None:
-            code, message = known
-            print(f"error: {message}", file=sys.stderr)
-            return code
-        print(
-            f"error: {prog}: internal error ({type(exc).__name__}: {exc}). This is a bug in "
-            f"nemo-fp8-rl, not a problem with your input. Fix: please report it on {REPORT_TO} "
-            "with the command line and its output with --debug.",
-            file=sys.stderr,
-        )
-        return RUNTIME
+        return _report(exc, prog, debug)
+
+
+def _report(exc: Exception, prog: str, debug: bool) -> int:
+    """Print the error line of `exc` (a known failure, else an internal error); its exit code."""
+    known = _known(exc)
+    if debug:
+        traceback.print_exc()
+    if known is not None:
+        code, message = known
+        print(f"error: {message}", file=sys.stderr)
+        return code
+    print(
+        f"error: {prog}: internal error ({type(exc).__name__}: {exc}). This is a bug in "
+        f"nemo-fp8-rl, not a problem with your input. Fix: please report it on {REPORT_TO} "
+        "with the command line and its output with --debug.",
+        file=sys.stderr,
+    )
+    return RUNTIME
 
 
 def run_main(main: Main) -> Callable[[], None]:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import sys
 import time
@@ -26,6 +27,25 @@ from pathlib import Path
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 
 _RUN_FILES = ("metrics.jsonl",)
+DESCRIPTION = """\
+Compare recipes, or compare runs.
+
+Recipes (paths or short names): the resolved difference, grouped as precision, refit,
+calibration and other, with a warning when a pair differs outside the precision groups.
+Trailing key=value overrides apply to every recipe.
+
+Runs (run folders, NeMo RL log folders, metrics.jsonl or event files): a summary table and
+one verdict per FP8 run, and in the report folder report.md, report.html, PNG plots and
+verdict.json (the verdicts for scripts: outcome match, within_noise, higher, lower or
+not_comparable per run, and ok). The default folder is results/compare-<names>-<hash of the
+inputs>; a folder holding another comparison, or files compare did not write, is refused
+unless --overwrite.
+
+Runs of one recipe over several seeds (runs/<name>/seed-<k>, from train --seeds; give the
+recipe's folder or the seed folders): grouped by recipe, with the mean and 95 % bootstrap
+interval per metric, differences paired by seed, verdicts that say within noise, and band
+plots; the report of every single run goes to <report folder>/runs/."""
+EXAMPLES = ["nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16 runs/grpo-tiny-qwen3-cpu-fp8 --json"]
 
 
 def _kind(item: str) -> str:
@@ -116,14 +136,15 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 
 def compare_run_dirs(
     items: list[str], out: Path | None, plots: bool, tolerance: float, overwrite: bool = False
-) -> int:
+) -> dict:
     """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
-    table and verdicts, write the report files."""
+    table and verdicts, write the report files and `verdict.json`; returns the verdict."""
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.analysis.report import print_comparison, write_report
     from nemo_fp8_rl.analysis.report_folder import claim, default_folder, input_path
     from nemo_fp8_rl.analysis.rundata import load_run
+    from nemo_fp8_rl.analysis.verdict_json import groups_verdict, runs_verdict, write_verdict
     from nemo_fp8_rl.evals import table
 
     start = time.perf_counter()
@@ -137,9 +158,9 @@ def compare_run_dirs(
     out = out or default_folder(names, inputs, "runs")
     folder = claim(out, "runs", inputs, [input_path(p) for p in paths], overwrite)
     if grouped:
-        _write_grouped(
-            compare_groups(runs, tolerance_points=tolerance), runs, out, plots, tolerance
-        )
+        groups = compare_groups(runs, tolerance_points=tolerance)
+        _write_grouped(groups, runs, out, plots, tolerance)
+        verdict = groups_verdict(groups, tolerance)
     else:
         comparison = compare_runs(runs, tolerance_points=tolerance)
         if len(recipes) >= 2:
@@ -147,10 +168,12 @@ def compare_run_dirs(
         print_comparison(comparison)
         files = write_report(comparison, out, plots=plots)
         print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
+        verdict = runs_verdict(comparison, tolerance)
+    print(f"wrote {write_verdict(verdict, out)}")
     write_evaluations(evaluations, out)
     folder.record()
     print(f"done in {time.perf_counter() - start:.2f} s; {out / 'inputs.json'} records the inputs")
-    return 0
+    return verdict
 
 
 def write_evaluations(tables: list, out: Path) -> None:
@@ -194,11 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     from nemo_fp8_rl.analysis.compare import DEFAULT_TOLERANCE_POINTS
     from nemo_fp8_rl.analysis.rundata import RunReadError
 
-    parser = ArgumentParser(
-        prog="nemo_fp8_rl.compare",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = ArgumentParser(prog="nemo_fp8_rl.compare", description=DESCRIPTION, examples=EXAMPLES)
     parser.add_argument(
         "items",
         nargs="+",
@@ -214,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
         help="write into an --out folder that holds another comparison or other files",
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots (faster)")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="runs: print the verdicts as JSON on stdout (the table goes to stderr); "
+        "verdict.json beside report.md holds the same either way",
+    )
     parser.add_argument(
         "--tolerance-points",
         type=_tolerance,
@@ -238,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         recipes = [t for t, k in kinds.items() if k == "recipe"]
         parser.error(f"give either runs or recipes, not both (runs: {runs}; recipes: {recipes})")
     is_runs = set(kinds.values()) == {"run"}
+    if args.json and not is_runs:
+        parser.error("--json goes with runs; recipes are compared as a diff")
     if is_runs and overrides:
         parser.error(f"overrides apply to recipes only; a run's recipe is fixed (got {overrides})")
     problem = _check_inputs(targets, args.out, is_runs)
@@ -248,10 +275,19 @@ def main(argv: list[str] | None = None) -> int:
         if not is_runs:
             return compare_recipes(targets, overrides, args.out, args.overwrite)
         plots = not args.no_plots
-        return compare_run_dirs(targets, args.out, plots, args.tolerance_points, args.overwrite)
+        human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+        with human:
+            verdict = compare_run_dirs(
+                targets, args.out, plots, args.tolerance_points, args.overwrite
+            )
     except (RunReadError, ValueError) as exc:  # RecipeError is a ValueError
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    if args.json:
+        from nemo_fp8_rl.analysis.verdict_json import dumps
+
+        sys.stdout.write(dumps(verdict))
+    return 0
 
 
 entry = run_main(main)

@@ -22,6 +22,14 @@ from nemo_fp8_rl.evals.results import EvalResult, write_result
 
 __all__ = ["evaluate_run", "main", "read_run_config"]
 
+DESCRIPTION = """\
+Evaluate one checkpoint of a run on a benchmark suite; the result goes to
+<run dir>/eval/<suite>.json (and <suite>.<checkpoint>.json). CPU runs are evaluated by the
+embedded engine on the addition suite; GPU runs by NeMo RL's checkpoint converter and its
+evaluation script on math8 (NeMo RL must be installed here). nemo_fp8_rl.compare puts the
+results of evaluated runs beside each other."""
+EXAMPLES = ["nemo_fp8_rl.eval --run runs/grpo-tiny-qwen3-cpu-fp8 --checkpoint best"]
+
 
 def evaluate_run(
     run_dir: Path,
@@ -94,11 +102,7 @@ def _positive(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and evaluate; returns the exit code."""
-    p = ArgumentParser(
-        prog="nemo_fp8_rl.eval",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = ArgumentParser(prog="nemo_fp8_rl.eval", description=DESCRIPTION, examples=EXAMPLES)
     p.add_argument("--run", type=Path, required=True, help="run directory, e.g. runs/<name>")
     p.add_argument("--checkpoint", default="last", help="last (default), best or step_N")
     p.add_argument("--suite", default=None, help="math8 (GPU runs) or addition (CPU runs)")

@@ -1,12 +1,28 @@
-"""`nemo_fp8_rl.recipes list | show R [--sources] | validate [R ...]`."""
+"""`nemo_fp8_rl.recipes list | show | validate | cp`: the recipes, as tables, YAML or copies."""
 
 from __future__ import annotations
 
+import fnmatch
+import json
 import sys
 import time
+from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
+from nemo_fp8_rl.config.user_error import UsageError
+
+DESCRIPTION = """\
+The recipes under recipes/: list them, show one resolved, validate them, or copy one to edit.
+
+commands:
+  list [PATTERN] [--json]         every recipe (or those whose name matches PATTERN) with model,
+                                  cluster, precision and calibration
+  show R [--sources] [key=value]  the resolved recipe as YAML (--sources: the file that set each key)
+  validate [R ...]                load and check recipes (all when none is given)
+  cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
+                                  from any folder"""
+COLUMNS = ("recipe", "model", "cluster", "training", "rollout", "calibration")
 
 
 def _summary(ref) -> tuple[str, ...]:
@@ -28,18 +44,43 @@ def _summary(ref) -> tuple[str, ...]:
     return (short_name(ref), cfg["policy"]["model_name"], where, train, rollout, calib)
 
 
-def cmd_list() -> int:
-    """The table of valid recipes; an invalid one is named on stderr (exit code 1), not fatal."""
-    rows = [("recipe", "model", "cluster", "training", "rollout", "calibration")]
-    invalid = []
-    for path in find_recipes():
+def matches(name: str, pattern: str | None) -> bool:
+    """A shell-style pattern (`tiny/*fp8*`) matches the whole name; plain text, any part of it."""
+    if pattern is None:
+        return True
+    if any(c in pattern for c in "*?["):
+        return fnmatch.fnmatchcase(name, pattern)
+    return pattern in name
+
+
+def cmd_list(pattern: str | None = None, as_json: bool = False) -> int:
+    """The valid recipes as a table (or a JSON list); an invalid one is named on stderr (exit
+    code 1), not fatal. A pattern that matches no recipe is a usage error."""
+    paths = [p for p in find_recipes() if matches(short_name(p), pattern)]
+    if not paths:
+        raise UsageError(
+            "recipes list",
+            f"no recipe matches {pattern!r}",
+            "run nemo_fp8_rl.recipes list for every name",
+        )
+    rows, invalid = [], []
+    for path in paths:
         try:
-            rows.append(_summary(path))
+            rows.append((path, _summary(path)))
         except RecipeError as exc:
             invalid.append((path, exc))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    if as_json:
+        records = [
+            {
+                "name": row[0],
+                "path": str(path.resolve()),
+                **dict(zip(COLUMNS[1:], row[1:], strict=True)),
+            }
+            for path, row in rows
+        ]
+        print(json.dumps(records, indent=2))
+    else:
+        _print_table([COLUMNS, *(row for _, row in rows)])
     for path, exc in invalid:
         first = f"{exc.issues[0].key}: {exc.issues[0].problem}" if exc.issues else exc
         print(
@@ -49,6 +90,12 @@ def cmd_list() -> int:
             file=sys.stderr,
         )
     return 1 if invalid else 0
+
+
+def _print_table(rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 def cmd_validate(refs: list[str]) -> int:
@@ -66,30 +113,83 @@ def cmd_validate(refs: list[str]) -> int:
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="nemo_fp8_rl.recipes", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list", help="every recipe with model, cluster, precision and calibration")
-    show = sub.add_parser("show", help="print the resolved recipe as YAML")
-    show.add_argument("recipe")
+def cmd_cp(recipe: str, dest: Path, overwrite: bool) -> int:
+    from nemo_fp8_rl.config.recipe_copy import copy_recipe
+
+    path = copy_recipe(recipe, dest, overwrite=overwrite)
+    print(f"wrote {path}: a copy of {recipe} to edit; train it with")
+    print(f"  nemo_fp8_rl.train --recipe {path}")
+    return 0
+
+
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(
+        prog="nemo_fp8_rl.recipes",
+        usage="%(prog)s {list,show,validate,cp} ...",
+        description=DESCRIPTION,
+        examples=["nemo_fp8_rl.recipes cp tiny/grpo-tiny-qwen3-cpu-fp8 my-fp8.yaml"],
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{list,show,validate,cp}")
+    listing = sub.add_parser(
+        "list",
+        help="every recipe with model, cluster, precision and calibration",
+        examples=["nemo_fp8_rl.recipes list --json 'tiny/*fp8*'"],
+    )
+    listing.add_argument(
+        "pattern",
+        nargs="?",
+        metavar="PATTERN",
+        help="only recipes whose name contains this text, or matches this shell pattern (*, ?)",
+    )
+    listing.add_argument("--json", action="store_true", help="a JSON list instead of the table")
+    show = sub.add_parser(
+        "show",
+        help="print the resolved recipe as YAML",
+        examples=["nemo_fp8_rl.recipes show tiny/grpo-tiny-qwen3-cpu-fp8 --sources"],
+    )
+    show.add_argument("recipe", help="recipe path or short name")
     show.add_argument(
         "--sources", action="store_true", help="annotate each key with the file that set it"
     )
-    show.add_argument("overrides", nargs="*", metavar="key=value")
-    val = sub.add_parser("validate", help="validate recipes (all when none given)")
-    val.add_argument("recipes", nargs="*")
+    show.add_argument(
+        "overrides",
+        nargs="*",
+        metavar="key=value|~key",
+        help="overrides: dotted.key=value sets a key, ~dotted.key deletes one",
+    )
+    val = sub.add_parser(
+        "validate",
+        help="validate recipes (all when none given)",
+        examples=["nemo_fp8_rl.recipes validate my-fp8.yaml"],
+    )
+    val.add_argument("recipes", nargs="*", metavar="R", help="recipe paths or short names")
+    cp = sub.add_parser(
+        "cp",
+        help="copy a recipe to edit it (loads from any folder)",
+        examples=["nemo_fp8_rl.recipes cp tiny/grpo-tiny-qwen3-cpu-fp8 my-fp8.yaml"],
+    )
+    cp.add_argument("recipe", help="recipe path or short name")
+    cp.add_argument("dest", type=Path, metavar="FILE.yaml", help="the copy (or a folder for it)")
+    cp.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args, extra = parser.parse_known_args(argv)
     if args.cmd == "show":
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.cmd == "list":
-        return cmd_list()
+        return cmd_list(args.pattern, args.json)
     if args.cmd == "show":
         sys.stdout.write(
             load_recipe(args.recipe, args.overrides).to_yaml(with_sources=args.sources)
         )
         return 0
+    if args.cmd == "cp":
+        return cmd_cp(args.recipe, args.dest, args.overwrite)
     return cmd_validate(args.recipes)
 
 

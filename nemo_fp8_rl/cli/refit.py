@@ -16,6 +16,13 @@ from typing import Any
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config.user_error import UsageError, UserError
 
+DESCRIPTION = """\
+export: convert a BF16 Hugging Face checkpoint folder into the generation engine's FP8 layout
+(safetensors plus quantization_config), exactly as the refit bridge sends it to vLLM. The
+scheme comes from a recipe's policy.generation.vllm_cfg keys (--recipe); without one, 128x128
+block FP8; the flags override either. The export is built beside OUT and swapped in only when
+complete and verified."""
+EXAMPLES = ["nemo_fp8_rl.refit export ~/models/Qwen3-8B-Base qwen3-8b-fp8 --scheme block"]
 _QUANT = {"block": "fp8_per_block", "tensor": "fp8_per_tensor", "channel": "compressed-tensors"}
 
 
@@ -78,9 +85,19 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Parse `argv` and run the subcommand; returns the exit code."""
-    parser = ArgumentParser(prog="nemo_fp8_rl.refit", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    exp = sub.add_parser("export", help="convert a BF16 HF checkpoint to the engine's FP8 layout")
+    parser = ArgumentParser(
+        prog="nemo_fp8_rl.refit",
+        usage="%(prog)s export SRC OUT [--recipe R] [options] [key=value|~key ...]",
+        description=DESCRIPTION,
+        examples=EXAMPLES,
+    )
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="export")
+    exp = sub.add_parser(
+        "export",
+        help="convert a BF16 HF checkpoint to the engine's FP8 layout",
+        description=DESCRIPTION,
+        examples=EXAMPLES,
+    )
     exp.add_argument(
         "src", help="BF16 Hugging Face checkpoint directory (config.json + safetensors)"
     )
@@ -94,9 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--last-bf16", type=int, help="num_last_layers_in_bf16")
     exp.add_argument("--ignore", nargs="+", metavar="KW", help="quantization_ignored_layer_kws")
     exp.add_argument("--shard-size-mb", type=int, default=4096, help="max safetensors shard size")
-    exp.add_argument("overrides", nargs="*", metavar="key=value", help="recipe overrides")
+    exp.add_argument(
+        "overrides", nargs="*", metavar="key=value|~key", help="recipe overrides (with --recipe)"
+    )
     args, extra = parser.parse_known_args(argv)
-    unknown = [a for a in extra if "=" not in a or a.startswith("-")]
+    unknown = [a for a in extra if ("=" not in a and not a.startswith("~")) or a.startswith("-")]
     if unknown:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
     args.overrides = [*args.overrides, *extra]

@@ -1,4 +1,4 @@
-"""`nemo_fp8_rl.submit`: run a recipe as a Slurm job, and look after submitted jobs.
+"""`nemo_fp8_rl.submit`: run a recipe as a Slurm job, and look after submitted jobs (`submit_jobs`).
 
     nemo_fp8_rl.submit --recipe R [--account A --partition P --time T --container IMG --mounts M]
                        [--job-name N] [--nodes N] [--run-dir D] [--resume] [--template F]
@@ -25,41 +25,68 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
-from nemo_fp8_rl.config import RecipeError, load_recipe
-from nemo_fp8_rl.config.user_error import UserError
+from nemo_fp8_rl.cli.common import SEEDS_SYNTAX, ArgumentParser, add_recipe_args, run_main
+from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_command
+from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import rundir
-from nemo_fp8_rl.runs.seeds import SeedSpecError
-from nemo_fp8_rl.slurm import (
-    JobSpecError,
-    SlurmError,
-    array_tasks,
-    build_job_spec,
-    cancel,
-    job_status,
-    log_files,
-    render_sbatch,
-    submit,
-    write_job_files,
-)
+from nemo_fp8_rl.slurm import build_job_spec, render_sbatch, submit, write_job_files
 from nemo_fp8_rl.slurm.spec import split_mounts
 
-_JOB_COMMANDS = ("status", "logs", "cancel")
+DESCRIPTION = """\
+Run a recipe as a Slurm job: a Ray head and workers on the allocated nodes, then training.
+Flags override the recipe's slurm section; trailing overrides change the recipe itself (checked
+by its schema) and are frozen into the copy the job trains with. With --seeds the job is a
+Slurm job array, one task per seed (task id = seed), each training <run dir>/seed-<k>.
+Before sbatch, a GPU recipe's launch is rehearsed through NeMo RL's setup code on CPU where
+NeMo RL is installed; a recipe that fails the rehearsal is not submitted (exit 2).
+
+With --eval RUN the job evaluates a finished run instead (one node, nemo_fp8_rl.eval).
+
+job commands:
+  status JOB             the job's state, and each array task's
+  logs JOB [--ray]       the job's output (--ray: also the Ray head and worker logs)
+  cancel JOB [--wait S]  cancel the job, then wait up to S seconds (default 120) for it to end"""
+USAGE = """%(prog)s --recipe R [options] [key=value|~key ...]
+       %(prog)s --eval RUN [--checkpoint C] [--suite S] [--data-dir D] [Slurm options]
+       %(prog)s status|logs|cancel JOB [--ray] [--wait S]"""
+EXAMPLES = [
+    "nemo_fp8_rl.submit --recipe qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8 \\\n"
+    "      --account A --partition batch --time 04:00:00 --seeds 1-3",
+]
+EVAL_FLAGS = ("--checkpoint", "--suite", "--data-dir")
 
 
-def _submit_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(
-        prog="nemo_fp8_rl.submit",
-        description="Submit a recipe as a Slurm job (Ray head + workers, then training). "
-        "Also: nemo_fp8_rl.submit status|logs|cancel JOB.",
-    )
-    add_recipe_args(p)
+def _add_slurm_args(p: argparse._ActionsContainer) -> None:
+    """The Slurm settings both kinds of job take (they override the recipe's slurm section)."""
     p.add_argument("--account", help="Slurm account (overrides slurm.account)")
     p.add_argument("--partition", help="Slurm partition (overrides slurm.partition)")
     p.add_argument("--time", help="time limit, e.g. 04:00:00 (overrides slurm.time)")
     p.add_argument("--container", help="container image for pyxis (overrides slurm.container)")
     p.add_argument("--mounts", help="comma-separated SRC:DST[:ro] list (overrides slurm.mounts)")
     p.add_argument("--job-name", help="job name (default: the recipe name)")
+    p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
+    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+
+
+def _add_eval_args(p: argparse._ActionsContainer, checkpoint: str | None) -> None:
+    p.add_argument("--eval", type=Path, metavar="RUN", help="evaluate this run directory")
+    p.add_argument(
+        "--checkpoint", default=checkpoint, help="with --eval: last (default), best or step_N"
+    )
+    p.add_argument(
+        "--suite", default=None, help="with --eval: benchmark suite (default: math8 on GPU runs)"
+    )
+    p.add_argument(
+        "--data-dir", default=None, help="with --eval: JSONL files for benchmarks NeMo RL lacks"
+    )
+
+
+def _submit_parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(
+        prog="nemo_fp8_rl.submit", usage=USAGE, description=DESCRIPTION, examples=EXAMPLES
+    )
+    add_recipe_args(p)
     p.add_argument("--nodes", type=int, help="nodes to allocate (default: cluster.num_nodes)")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
     p.add_argument(
@@ -68,33 +95,30 @@ def _submit_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--overwrite", action="store_true", help="start over a run of this recipe in the run dir"
     )
-    p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
     p.add_argument(
         "--seeds",
-        help="submit a job array, one task per seed, e.g. 1-3 or 1,2,5 (runs in <run dir>/seed-<k>)",
+        metavar="SEEDS",
+        help=f"a job array, one task per seed, in <run dir>/seed-<k>; seeds as {SEEDS_SYNTAX}",
     )
-    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
     p.add_argument(
         "--no-preflight",
         action="store_true",
         help="submit without rehearsing the launch through NeMo RL's setup code first",
     )
+    _add_slurm_args(p.add_argument_group("Slurm settings (training and evaluation jobs)"))
+    _add_eval_args(p.add_argument_group("evaluation job (instead of --recipe)"), None)
     return p
 
 
 def _eval_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="nemo_fp8_rl.submit --eval",
+    p = ArgumentParser(
+        prog="nemo_fp8_rl.submit",
+        usage="%(prog)s --eval RUN [--checkpoint C] [--suite S] [--data-dir D] [Slurm options]",
         description="Evaluate a run as a Slurm job (one node; nemo_fp8_rl.eval on a Ray cluster).",
+        examples=["nemo_fp8_rl.submit --eval runs/grpo-qwen3-8b-base-1n8g-fp8 --checkpoint best"],
     )
-    p.add_argument("--eval", type=Path, required=True, metavar="RUN", help="run directory")
-    p.add_argument("--checkpoint", default="last", help="last (default), best or step_N")
-    p.add_argument("--suite", default=None, help="benchmark suite (default: math8 on GPU runs)")
-    p.add_argument("--data-dir", default=None, help="JSONL files for benchmarks NeMo RL lacks")
-    for flag in ("account", "partition", "time", "container", "mounts", "job-name"):
-        p.add_argument(f"--{flag}")
-    p.add_argument("--template", type=Path, help="sbatch template (default: slurm/ray-job.sbatch)")
-    p.add_argument("--dry-run", action="store_true", help="print the script, submit nothing")
+    _add_eval_args(p, "last")
+    _add_slurm_args(p)
     return p
 
 
@@ -142,15 +166,6 @@ def run_submit_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_parser() -> argparse.ArgumentParser:
-    p = ArgumentParser(prog="nemo_fp8_rl.submit", description="Look after a Slurm job.")
-    p.add_argument("command", choices=_JOB_COMMANDS)
-    p.add_argument("job_id", help="the job id printed at submission")
-    p.add_argument("--ray", action="store_true", help="logs: also print the Ray head/worker logs")
-    p.add_argument("--wait", type=float, default=120.0, help="cancel: seconds to wait for the end")
-    return p
-
-
 def preflight_gate(recipe, skip: bool) -> int | None:
     """Run the preflight before sbatch; an exit code if the recipe must not be submitted.
 
@@ -172,16 +187,24 @@ def preflight_gate(recipe, skip: bool) -> int | None:
     result = preflight(recipe)
     print(result.report(), file=sys.stderr)
     if not result.ok:
-        print(
-            "error: not submitted: the preflight failed (fix the recipe, or --no-preflight)",
-            file=sys.stderr,
+        raise UsageError(
+            recipe.name,
+            f"not submitted: the preflight found {len(result.errors)} problem(s), listed above",
+            "fix each in the recipe (or with an override), or submit without the rehearsal "
+            "with --no-preflight",
         )
-        return 2
     return None
 
 
 def run_submit(args: argparse.Namespace) -> int:
     """Load the recipe, render the script; print it (--dry-run) or write the files and sbatch."""
+    for flag in EVAL_FLAGS:
+        if getattr(args, flag[2:].replace("-", "_")) is not None:
+            raise UsageError(
+                flag,
+                "goes with --eval RUN (a job that evaluates a run), not with --recipe",
+                f"add --eval RUN to evaluate a run, or drop {flag}",
+            )
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     seeds = _check_seeds(recipe, args) if args.seeds is not None else None
     flags = {
@@ -241,53 +264,17 @@ def _check_seeds(recipe, args: argparse.Namespace) -> list[int]:
     return seeds
 
 
-def run_job_command(args: argparse.Namespace) -> int:
-    """status / logs / cancel for one job id."""
-    if args.command == "status":
-        status = job_status(args.job_id)
-        print(
-            f"job {status.job_id}: {status.state}"
-            + (f" (exit {status.exit_code})" if status.exit_code else "")
-        )
-        for task in array_tasks(args.job_id) if "_" not in args.job_id else []:
-            print(
-                f"  task {task.job_id}: {task.state}"
-                + (f" (exit {task.exit_code})" if task.exit_code else "")
-            )
-        return 0 if status.state != "UNKNOWN" else 1
-    if args.command == "cancel":
-        status = cancel(args.job_id, wait_s=args.wait)
-        print(f"job {status.job_id}: {status.state}")
-        return 0 if status.finished else 1
-    files = log_files(args.job_id)
-    if not files:
-        print(f"no log files found for job {args.job_id}", file=sys.stderr)
-        return 1
-    for path in files if args.ray else files[:1]:
-        if len(files) > 1 and args.ray:
-            print(f"==> {path} <==")
-        sys.stdout.write(path.read_text(errors="replace"))
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: `submit` by default, or `status|logs|cancel JOB` when the first word says so."""
+    """Entry point: `submit` by default, or `status|logs|cancel JOB` when the first word says so.
+
+    Every failure is raised to `invoke`, which prints its error line and exit code.
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        if argv and argv[0] in _JOB_COMMANDS:
-            return run_job_command(_job_parser().parse_args(argv))
-        if any(a == "--eval" or a.startswith("--eval=") for a in argv):
-            return run_submit_eval(_eval_parser().parse_args(argv))
-        return run_submit(_submit_parser().parse_intermixed_args(argv))
-    except (RecipeError, JobSpecError, SeedSpecError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except UserError as err:  # RunDirError, a bad --eval run, checkpoint, suite or data dir
-        print(f"error: {err}", file=sys.stderr)
-        return err.code
-    except (SlurmError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    if argv and argv[0] in JOB_COMMANDS:
+        return run_job_command(job_parser().parse_args(argv))
+    if any(a == "--eval" or a.startswith("--eval=") for a in argv):
+        return run_submit_eval(_eval_parser().parse_args(argv))
+    return run_submit(_submit_parser().parse_intermixed_args(argv))
 
 
 entry = run_main(main)

@@ -1,7 +1,7 @@
 """`nemo_fp8_rl.train --recipe R [--engine auto|local|nemo] [--dry-run] [--preflight] [--resume | --overwrite] [key=value ...]`.
 
 With `--seeds 1-3 [--parallel N]` the recipe trains once per seed, each in `<run dir>/seed-<k>`
-(see `nemo_fp8_rl.cli.train_seeds`).
+(see `nemo_fp8_rl.cli.train_seeds`). `--help` shows `DESCRIPTION` (plain text, for a terminal).
 
 `auto` runs the embedded CPU engine for `cluster.gpus_per_node: 0` and NeMo RL otherwise.
 `--preflight` rehearses a GPU recipe's launch through NeMo RL's real setup code on CPU (exit 2
@@ -15,13 +15,32 @@ from pathlib import Path
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine
+from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
+
+DESCRIPTION = """\
+Train a recipe. CPU recipes (cluster.gpus_per_node: 0, those under recipes/tiny/) run on the
+embedded engine; GPU recipes run on NeMo RL, which must be installed here (use
+nemo_fp8_rl.submit for a Slurm cluster). Outputs go to the run dir: runs/<recipe name> unless
+--run-dir says otherwise. With --seeds the recipe trains once per seed, in <run dir>/seed-<k>.
+
+--preflight rehearses a GPU recipe's launch through NeMo RL's own setup code on CPU and starts
+nothing: every problem it finds is listed with the NeMo RL file and line that needs the key."""
+EXAMPLES = [
+    "nemo_fp8_rl.train --recipe tiny/grpo-tiny-qwen3-cpu-fp8 grpo.max_num_steps=20",
+    "nemo_fp8_rl.train --recipe tiny/grpo-tiny-qwen3-cpu-bf16 --seeds 1-3 --parallel 2",
+]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(prog="nemo_fp8_rl.train", description=__doc__)
+def _parser() -> ArgumentParser:
+    parser = ArgumentParser(prog="nemo_fp8_rl.train", description=DESCRIPTION, examples=EXAMPLES)
     add_recipe_args(parser)
-    parser.add_argument("--engine", choices=("auto", "local", "nemo"), default="auto")
+    parser.add_argument(
+        "--engine",
+        choices=("auto", "local", "nemo"),
+        default="auto",
+        help="auto (default): local for CPU recipes, nemo for GPU recipes",
+    )
     parser.add_argument("--run-dir", type=Path, help="output folder (default: runs/<recipe name>)")
     parser.add_argument(
         "--resume", action="store_true", help="continue from the run dir's latest checkpoint"
@@ -43,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
     add_seed_args(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_intermixed_args(argv)
     if args.resume and args.overwrite:
         parser.error("--resume continues a run and --overwrite starts it over; give one")
@@ -57,14 +81,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# engine: none ({exc})")
         return 0
     if args.preflight:
-        from nemo_fp8_rl.engines.nemo.preflight import run_check
-
-        return run_check(recipe)
-    try:
-        engine = choose_engine(recipe, args.engine)
-    except EngineUnavailable as exc:
-        print(f"error: {exc}")
-        return 3
+        return preflight(recipe)
+    engine = choose_engine(recipe, args.engine)
     if engine == "local":
         from nemo_fp8_rl.engines.local import run
     else:
@@ -73,6 +91,22 @@ def main(argv: list[str] | None = None) -> int:
         recipe, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite
     )
     print(f"run finished: {run_dir}")
+    return 0
+
+
+def preflight(recipe) -> int:
+    """Rehearse the launch; print the report; a failed rehearsal is a usage error (exit 2)."""
+    require_nemo_rl("--preflight")
+    from nemo_fp8_rl.engines.nemo.preflight import preflight as rehearse
+
+    result = rehearse(recipe)
+    print(result.report())
+    if not result.ok:
+        raise UsageError(
+            recipe.name,
+            f"the preflight found {len(result.errors)} problem(s), listed above",
+            "fix each in the recipe (or with an override), then run --preflight again",
+        )
     return 0
 
 

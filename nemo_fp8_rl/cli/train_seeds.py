@@ -12,6 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from nemo_fp8_rl.cli.common import SEEDS_SYNTAX
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.runs.seeds import (
     SEED_KEY,
@@ -29,8 +30,9 @@ def add_seed_args(parser: argparse.ArgumentParser) -> None:
     """`--seeds LIST` and `--parallel N`."""
     parser.add_argument(
         "--seeds",
-        help="train once per seed, e.g. 1,2,3 or 1-5 (runs in <run dir>/seed-<k>, "
-        f"sets {SEED_KEY})",
+        metavar="SEEDS",
+        help=f"train once per seed, in <run dir>/seed-<k> with {SEED_KEY}=<k>; seeds as "
+        f"{SEEDS_SYNTAX}",
     )
     parser.add_argument(
         "--parallel",
@@ -79,17 +81,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
 
 def main_seeds(args: argparse.Namespace) -> int:
     """Plan, then run (or with --dry-run print) every seed; print the per-seed summary."""
-    from nemo_fp8_rl.engines.choose import EngineUnavailable
-    from nemo_fp8_rl.runs.rundir import RunDirError
-
-    try:
-        group, commands, engine = plan(args)
-    except (SeedSpecError, RunDirError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except EngineUnavailable as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 3
+    group, commands, engine = plan(args)  # a bad seed list, run dir or engine: its error line
     print(
         f"{len(commands)} seed(s) of {group.name} on the {engine} engine, {args.parallel} at a time"
     )
@@ -102,4 +94,12 @@ def main_seeds(args: argparse.Namespace) -> int:
     for line in summary_lines(outcomes):
         print(line)
     print(f"compare with: nemo_fp8_rl.compare {group} <other recipe's run dir>")
-    return 0 if all(o.ok for o in outcomes) else 1
+    failed = [o.seed for o in outcomes if not o.ok]
+    if failed:
+        print(
+            f"error: {group}: {len(failed)} of {len(outcomes)} seed(s) failed "
+            f"({', '.join(map(str, failed))}). Fix: read each failed seed's train.log in "
+            f"{group}/seed-<k>/, fix the cause, and train those seeds again",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0

@@ -1,14 +1,16 @@
 """`UserError`: a failure the user caused and can fix, reported as one located line.
 
 Every command ends such a failure as `error: <where>: <what>. Fix: <how>` with exit code 2 (bad
-usage or configuration, found before anything ran) or 1 (a runtime fault: a file that cannot be
-read, a checkpoint that fails verification). `nemo_fp8_rl.cli.common.invoke` prints it.
+usage or configuration, found before anything ran), 1 (a runtime fault: a file that cannot be
+read, a checkpoint that fails verification) or 3 (the NeMo RL engine is not usable here).
+`nemo_fp8_rl.cli.common.invoke` prints it; `nemo_fp8_rl.cli.usage.EXIT_CODES` lists every code.
 """
 
 from __future__ import annotations
 
 USAGE = 2
 RUNTIME = 1
+UNAVAILABLE = 3
 
 
 class UserError(Exception):

@@ -7,10 +7,13 @@ ask whether it is usable (`engines.nemo.available`).
 from __future__ import annotations
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.user_error import UNAVAILABLE, UserError
 
 
-class EngineUnavailable(RuntimeError):
-    """The requested engine cannot run this recipe here; the message says why and what to do."""
+class EngineUnavailable(UserError):
+    """The requested engine cannot run this recipe here: where, why, and what to do (exit 3)."""
+
+    code = UNAVAILABLE
 
 
 def choose_engine(recipe: Recipe, requested: str) -> str:
@@ -18,8 +21,10 @@ def choose_engine(recipe: Recipe, requested: str) -> str:
     on_cpu = recipe.config["cluster"]["gpus_per_node"] == 0
     if requested == "local" and not on_cpu:
         raise EngineUnavailable(
-            f"{recipe.name} asks for {recipe.config['cluster']['gpus_per_node']} GPUs per node; the local engine runs "
-            "CPU recipes only (cluster.gpus_per_node: 0). Use --engine nemo, or a recipe under recipes/tiny/."
+            recipe.name,
+            f"asks for {recipe.config['cluster']['gpus_per_node']} GPUs per node; the local "
+            "engine runs CPU recipes only (cluster.gpus_per_node: 0)",
+            "use --engine nemo where NeMo RL is installed, or a recipe under recipes/tiny/",
         )
     if requested == "local" or (requested == "auto" and on_cpu):
         return "local"
@@ -27,7 +32,25 @@ def choose_engine(recipe: Recipe, requested: str) -> str:
 
     ok, why = nemo.available()
     if not ok:
+        reason, _, how = why.partition(" To fix: ")
         raise EngineUnavailable(
-            f"{recipe.name} needs the NeMo RL engine, which is not usable here: {why}"
+            recipe.name,
+            f"needs the NeMo RL engine, which is not usable here: {reason.rstrip('.')}",
+            f"{how.rstrip('.') or 'install NeMo RL'}; or train a CPU recipe from recipes/tiny/ "
+            "here, or send this one to a Slurm cluster with nemo_fp8_rl.submit",
         )
     return "nemo"
+
+
+def require_nemo_rl(what: str) -> None:
+    """Refuse `what` (e.g. `--preflight`) where NeMo RL is not usable, with how to install it."""
+    from nemo_fp8_rl.engines import nemo
+
+    ok, why = nemo.available()
+    if not ok:
+        reason, _, how = why.partition(" To fix: ")
+        raise EngineUnavailable(
+            what,
+            f"NeMo RL is not usable here, so the launch cannot be rehearsed: {reason.rstrip('.')}",
+            how.rstrip(".") or "install NeMo RL",
+        )

@@ -45,14 +45,17 @@ def nemo_rl_tree() -> Path:
             import nemo_rl
         except ImportError:
             raise NemoEvalError(
-                "NeMo RL is not importable and NEMO_RL_SRC is not set. Fix: run inside NeMo RL's "
+                "NEMO_RL_SRC: not set, and NeMo RL is not importable. Fix: run inside NeMo RL's "
                 "environment, or export NEMO_RL_SRC=/path/to/nemo-rl"
             ) from None
         src = str(Path(nemo_rl.__file__).resolve().parents[1])
     tree = Path(src)
     for rel in (CONVERTER, RUN_EVAL, EVAL_BASE):
         if not (tree / rel).is_file():
-            raise NemoEvalError(f"{tree / rel} not found: {tree} is not a NeMo RL source tree")
+            raise NemoEvalError(
+                f"{tree / rel}: not found, so {tree} is not a NeMo RL source tree. Fix: point "
+                "NEMO_RL_SRC at a NeMo RL checkout (v0.7.0 or later)"
+            )
     return tree
 
 
@@ -156,7 +159,10 @@ def read_scores(save_path: Path, samples: int) -> tuple[float, int]:
     """(avg@n, problems) from NeMo RL's `evaluation_data.json` (one entry per sample)."""
     path = save_path / "evaluation_data.json"
     if not path.is_file():
-        raise NemoEvalError(f"{path} missing: NeMo RL's run_eval.py wrote no results (see its log)")
+        raise NemoEvalError(
+            f"{path}: missing, NeMo RL's run_eval.py wrote no results. Fix: read its log above "
+            "for the cause"
+        )
     rows = json.loads(path.read_text())["evaluation_data"]
     rewards = [float(r["reward"]) for r in rows]
     return sum(rewards) / max(1, len(rewards)), len(rewards) // max(1, samples)
@@ -166,7 +172,10 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
     print("$ " + " ".join(cmd), flush=True)
     done = subprocess.run(cmd, cwd=cwd)
     if done.returncode:
-        raise NemoEvalError(f"{what} failed with exit code {done.returncode}: {' '.join(cmd)}")
+        raise NemoEvalError(
+            f"{what}: failed with exit code {done.returncode} ({' '.join(cmd)}). Fix: read its "
+            "output above for the cause"
+        )
 
 
 def evaluate(

@@ -56,19 +56,32 @@ class JobStatus:
 def check_job_id(job_id: str) -> str:
     """A Slurm job id (`123` or `123_4`); anything else is refused before reaching a command."""
     if not _JOB_ID.fullmatch(job_id):
-        raise SlurmError(f"{job_id!r} is not a Slurm job id. Fix: pass the number sbatch printed")
+        raise SlurmError(
+            f"job id {job_id!r}: not a Slurm job id (digits, or digits_digits for an array "
+            "task). Fix: pass the number sbatch printed"
+        )
     return job_id
 
 
-def _run(cmd: list[str], check: bool = True, timeout: float = 60.0) -> subprocess.CompletedProcess:
+def _run(
+    cmd: list[str],
+    check: bool = True,
+    timeout: float = 60.0,
+    fix: str = "read Slurm's message; check the job id and that the cluster is up (sinfo)",
+) -> subprocess.CompletedProcess:
+    """Run a Slurm client command; a missing command or (with `check`) a failure is a
+    `SlurmError` whose line says which command, what Slurm answered, and `fix`."""
     if shutil.which(cmd[0]) is None:
         raise SlurmError(
-            f"{cmd[0]} not found: Slurm's client commands are not installed here. Fix: run on a "
+            f"{cmd[0]}: not found (Slurm's client commands are not installed here). Fix: run on a "
             "Slurm login node, or start a local cluster with scripts/local-slurm.sh up"
         )
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
-        raise SlurmError(f"{' '.join(cmd)} failed (exit {proc.returncode}): {proc.stderr.strip()}")
+        said = " ".join(proc.stderr.split()).rstrip(".") or "no message"
+        raise SlurmError(
+            f"{' '.join(cmd)}: failed (exit {proc.returncode}): {said}. Fix: {fix.rstrip('.')}"
+        )
     return proc
 
 
@@ -106,13 +119,22 @@ def check_syntax(script: Path) -> None:
     """`bash -n` on the rendered script: refuse to submit something that does not parse."""
     proc = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SlurmError(f"rendered script {script} does not parse: {proc.stderr.strip()}")
+        said = " ".join(proc.stderr.split()).rstrip(".")
+        raise SlurmError(
+            f"{script}: the rendered script does not parse ({said}). Fix: check --template "
+            "and the recipe's slurm.setup_command and slurm.env values"
+        )
 
 
 def submit(script: Path) -> str:
     """`sbatch --parsable SCRIPT` from the script's folder; returns the job id."""
     check_syntax(script)
-    proc = _run(["sbatch", "--parsable", str(script)])
+    proc = _run(
+        ["sbatch", "--parsable", str(script)],
+        fix="check the Slurm settings it names (--account, --partition, --time, --nodes, "
+        "--container, or the recipe's slurm section) and run again; the job files are kept "
+        f"in {script.parent}",
+    )
     job_id = proc.stdout.strip().split(";")[0]
     return check_job_id(job_id)
 
