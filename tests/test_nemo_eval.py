@@ -172,7 +172,10 @@ def test_converter_main_takes_the_arguments(tmp_path, monkeypatch):
     run_cfg = load_recipe(RECIPE).config
     (ckpt / "config.yaml").write_text(json.dumps({"policy": run_cfg["policy"]}))
     cmd = nemo.convert_command(tree, ckpt, tmp_path / "hf", "Qwen/Qwen3-8B-Base")
-    monkeypatch.setattr(sys, "argv", cmd[1:])
+    # launched as the converter's docstring says: NeMo RL's environment with its mcore extra
+    assert cmd[:5] == ["uv", "run", "--extra", "mcore", "python"]
+    assert (tree / cmd[5]).resolve() == (tree / nemo.CONVERTER).resolve()
+    monkeypatch.setattr(sys, "argv", cmd[5:])
     converter.main()
     ((_, kwargs),) = export.calls
     assert kwargs["hf_model_name"] == "Qwen/Qwen3-8B-Base"

@@ -1,8 +1,11 @@
 """GPU evaluation of a NeMo RL run with NeMo RL's own tools.
 
-1. Convert: `examples/converters/convert_megatron_to_hf.py --config <ckpt>/config.yaml
-   --hf-model-name <policy.model_name> --megatron-ckpt-path <ckpt>/policy/weights/iter_*
-   --hf-ckpt-path runs/<name>/eval/hf/step_<k>` (the same in v0.7.0 and 7ea279a).
+1. Convert: `uv run --extra mcore python examples/converters/convert_megatron_to_hf.py --config
+   <ckpt>/config.yaml --hf-model-name <policy.model_name> --megatron-ckpt-path
+   <ckpt>/policy/weights/iter_* --hf-ckpt-path runs/<name>/eval/hf/step_<k>` from NeMo RL's
+   folder (the same in v0.7.0 and 7ea279a). The converter imports Megatron-Bridge, which NeMo RL's
+   environment has only with its `mcore` extra, so it runs the way its own docstring says
+   (`convert_launcher` reads the launcher from it), not with this command's interpreter.
 2. Evaluate each benchmark: `examples/run_eval.py --config runs/<name>/eval/<suite>/<bench>/
    config.yaml`, a config whose `defaults:` is NeMo RL's `examples/configs/evals/eval.yaml` and
    whose own keys set the checkpoint, the data set, the sampling of the suite and `eval.save_path`.
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +33,7 @@ from nemo_fp8_rl.evals.results import BenchmarkScore
 from nemo_fp8_rl.evals.suites import Benchmark, Suite, nemo_dataset
 
 CONVERTER = Path("examples/converters/convert_megatron_to_hf.py")
+CONVERT_LAUNCHER = ("uv", "run", "--extra", "mcore", "python")  # when its docstring has none
 RUN_EVAL = Path("examples/run_eval.py")
 EVAL_BASE = Path("examples/configs/evals/eval.yaml")
 
@@ -59,11 +64,20 @@ def nemo_rl_tree() -> Path:
     return tree
 
 
+def convert_launcher(tree: Path) -> list[str]:
+    """How NeMo RL's converter says to launch it (its docstring: `uv run --extra mcore python`)."""
+    text = (tree / CONVERTER).read_text()
+    found = re.search(
+        rf"^\s*(uv run [^\n]*?python)\s+{re.escape(CONVERTER.as_posix())}", text, re.M
+    )
+    return found.group(1).split() if found else list(CONVERT_LAUNCHER)
+
+
 def convert_command(tree: Path, checkpoint: Path, hf_dir: Path, model_name: str) -> list[str]:
-    """The converter's command line for one checkpoint."""
+    """The converter's command line for one checkpoint (run from NeMo RL's folder)."""
     return [
-        sys.executable,
-        str(tree / CONVERTER),
+        *convert_launcher(tree),
+        CONVERTER.as_posix(),
         "--config",
         str(checkpoint / "config.yaml"),
         "--hf-model-name",
