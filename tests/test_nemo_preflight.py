@@ -75,20 +75,96 @@ def test_preflight_runs_nemo_rl_setup_to_the_training_loop(path) -> None:
     assert result.ok, result.report()
     r = result.rehearsal
     assert r.train.called("grpo_train")  # grpo.setup() returned and the runner went on
-    (policy,) = r.policies
+    (policy,) = r.policies  # NeMo RL's real Policy, built by its own constructor
     cfg = recipe.config
-    assert policy.kwargs["config"]["model_name"] == cfg["policy"]["model_name"]
-    assert policy.kwargs["config"]["megatron_cfg"]["train_iters"] >= 1  # set by setup()
+    assert policy.cfg["model_name"] == cfg["policy"]["model_name"]
+    assert policy.cfg["megatron_cfg"]["train_iters"] >= 1  # set by setup()
     calibrated = cfg["loss_fn"]["calibration"]["enabled"]
-    assert ("worker_extension_cls_fqn" in policy.kwargs) == calibrated
+    fqn = policy.worker_group.builder.ray_actor_class_fqn
+    assert ("Shadow" in fqn) == calibrated, fqn
     gpus = cfg["cluster"]["gpus_per_node"]
     assert [c.world_size() for c in r.clusters] == [gpus * cfg["cluster"]["num_nodes"]]
+    (generation,) = r.generations  # NeMo RL's real VllmGeneration
     vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    tp = vllm["tensor_parallel_size"]
+    assert generation.worker_group.dp_size == gpus * cfg["cluster"]["num_nodes"] // tp
     assert r.llm_kwargs["model"] == cfg["policy"]["model_name"]
-    assert r.llm_kwargs["tensor_parallel_size"] == vllm["tensor_parallel_size"]
+    assert r.llm_kwargs["tensor_parallel_size"] == tp
     assert r.llm_kwargs["max_model_len"] == vllm["max_model_len"]
     assert r.llm_kwargs["gpu_memory_utilization"] == vllm["gpu_memory_utilization"]
+    fp8 = vllm["precision"] == "fp8"  # NeMo RL's real init_fp8 added the FP8 arguments
+    assert (r.llm_kwargs.get("quantization") == "fp8") == fp8
+    assert not fp8 or r.llm_kwargs["hf_overrides"]["quantization_config"]["weight_block_size"]
     assert any("megatron/setup.py" in item for item in result.not_run)
+
+
+# Recipes a GPU launch refuses (schema-valid): (recipe, overrides, key path, upstream file, line
+# text in NeMo RL's file or None for a vLLM file, a word of the fix).
+REFUSED = {
+    "vllm-fp8-dense-block": (
+        "qwen3-4b/grpo-qwen3-4b-1n8g-fp8",
+        ["policy.generation.vllm_cfg.tensor_parallel_size=8"],
+        "policy.generation.vllm_cfg.tensor_parallel_size",
+        "vllm/model_executor/layers/quantization/utils/fp8_utils.py",
+        None,
+        "[1, 2, 4]",
+    ),
+    "vllm-fp8-moe-block": (
+        "qwen3-30b-a3b/grpo-qwen3-30b-a3b-2n8g-fp8",
+        ["policy.generation.vllm_cfg.tensor_parallel_size=4"],
+        "policy.generation.vllm_cfg.tensor_parallel_size",
+        "vllm/model_executor/layers/quantization/fp8.py",
+        None,
+        "[1, 2]",
+    ),
+    "vllm-max-model-len": (
+        "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",
+        ["policy.max_total_sequence_length=65536"],
+        "policy.generation.vllm_cfg.max_model_len",
+        "vllm/config/model.py",
+        None,
+        "32768",
+    ),
+    "nemo-rl-vllm-pipeline-needs-async": (
+        "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",
+        ["policy.generation.vllm_cfg.pipeline_parallel_size=2"],
+        "policy.generation.vllm_cfg.async_engine",
+        "nemo_rl/models/generation/vllm/vllm_generation.py",
+        "async_engine",
+        "async_engine",
+    ),
+    "nemo-rl-megatron-packing": (
+        "paper-fp8-rl/qwen2.5-32b/grpo-qwen2.5-32b-4n8g-8k-fp8-blockwise",
+        ["policy.make_sequence_length_divisible_by=4"],
+        "policy.make_sequence_length_divisible_by",
+        "nemo_rl/models/megatron/data.py",
+        "minimum_pad_factor",
+        "multiple of 8",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED), ids=list(REFUSED))
+def test_preflight_refuses_what_a_gpu_launch_refuses(case) -> None:
+    """Each recipe passes the schema and fails on a GPU; the preflight names key, file:line, fix."""
+    name, overrides, key, file, line_text, fix_word = REFUSED[case]
+    result = _preflight(load_recipe(name, overrides))
+    assert not result.ok
+    (err,) = [e for e in result.errors if e.key == key]
+    assert err.file == file and err.line > 0, result.report()
+    if line_text is not None:  # a NeMo RL file: the line is the failing check
+        source = (SRC / file).read_text().splitlines()
+        assert line_text in "\n".join(source[err.line - 3 : err.line + 1]), result.report()
+    assert fix_word in err.fix, err.fix
+    rendered = result.report()
+    assert key in rendered and f"{file}:{err.line}" in rendered and "fix:" in rendered
+
+
+def test_vllm_checks_cite_the_vllm_version_nemo_rl_pins() -> None:
+    from nemo_fp8_rl.engines.nemo.preflight.vllm_checks import CITED, pinned_vllm
+
+    version = pinned_vllm(SRC)
+    assert version is not None and all(version in lines for _, lines in CITED.values())
 
 
 # Keys of the exemplars that NeMo RL's driver or vLLM worker reads with [] on this path.

@@ -44,14 +44,16 @@ class Rehearsal:
     """What one run of the driver code recorded."""
 
     clusters: list[rec.ClusterRecorder] = field(default_factory=list)
-    policies: list[rec.PolicyRecorder] = field(default_factory=list)
-    generations: list[rec.GenerationRecorder] = field(default_factory=list)
+    policies: list[Any] = field(default_factory=list)  # NeMo RL's real Policy objects
+    generations: list[Any] = field(default_factory=list)  # NeMo RL's real VllmGeneration objects
+    worker_groups: list[rec.WorkerGroupRecorder] = field(default_factory=list)
     environments: list[rec.EnvironmentRecorder] = field(default_factory=list)
     train: rec.TrainRecorder = field(default_factory=rec.TrainRecorder)
     datasets: list[str] = field(default_factory=list)
     llm_kwargs: dict[str, Any] | None = None
     megatron_imported: bool | None = None
     unverified_reads: list[str] = field(default_factory=list)
+    engine_errors: list[LocatedError] = field(default_factory=list)  # vLLM's and Megatron's checks
 
 
 @dataclass
@@ -95,10 +97,8 @@ class PreflightResult:
             return []
         out = [f"  clusters: {[c.kwargs.get('bundle_ct_per_node_list') for c in r.clusters]}"]
         for p in r.policies:
-            ext = p.kwargs.get("worker_extension_cls_fqn")
-            out.append(
-                f"  policy: {p.kwargs['config']['model_name']}" + (f" ({ext})" if ext else "")
-            )
+            fqn = p.worker_group.builder.ray_actor_class_fqn
+            out.append(f"  policy: {p.cfg['model_name']} ({fqn.rsplit('.', 1)[-1]})")
         if r.llm_kwargs is not None:
             shown = {
                 k: r.llm_kwargs.get(k)
@@ -137,47 +137,40 @@ def _roots(exc: BaseException) -> dict[str, Any]:
 
 
 def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, Any]]:
+    """`stand_ins.DRIVER`'s recorders, plus NeMo RL's real Policy / VllmGeneration kept in `r`."""
     from nemo_rl.algorithms import grpo
-    from nemo_rl.data import utils as data_utils
-    from nemo_rl.distributed import virtual_cluster
     from nemo_rl.models.policy import lm_policy
-    from nemo_rl.utils import logger as nemo_logger
-    from nemo_rl.utils import venvs
 
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import dataset_sample
+    from nemo_fp8_rl.engines.nemo.preflight.stand_ins import driver_replacements, keep
 
-    def keep(cls: type, bucket: list) -> type:
-        return type(
-            cls.__name__,
-            (cls,),
-            {
-                "__init__": lambda self, *a, **k: (
-                    cls.__init__(self, *a, **k),
-                    bucket.append(self),
-                )[0]
-            },
-        )
-
+    values = {
+        "ClusterRecorder": keep(rec.ClusterRecorder, r.clusters),
+        "WorkerGroupRecorder": keep(rec.WorkerGroupRecorder, r.worker_groups),
+        "QueueRecorder": rec.QueueRecorder,
+        "RayRecorder": ray,
+        "RayRecorder.init": ray.init,
+        "TrainRecorder": r.train,
+        "GpuMonitorRecorder": rec.GpuMonitorRecorder,
+        "EnvironmentRecorder": keep(rec.EnvironmentRecorder, r.environments),
+        "VenvRecorder": rec.VenvRecorder(),
+    }
     hub = rec.HubDatasetRecorder(lambda repo: (r.datasets.append(repo), dataset_sample(repo))[1])
-    out = [
-        (grpo, "RayVirtualCluster", keep(rec.ClusterRecorder, r.clusters)),
-        (grpo, "Policy", keep(rec.PolicyRecorder, r.policies)),
-        (lm_policy, "Policy", keep(rec.PolicyRecorder, r.policies)),
-        (grpo, "VllmGeneration", keep(rec.GenerationRecorder, r.generations)),
-        (grpo, "ray", ray),
-        (grpo, "grpo_train", r.train),
-        (virtual_cluster, "init_ray", ray.init),
-        (nemo_logger, "RayGpuMonitorLogger", rec.GpuMonitorRecorder),
-        (data_utils, "create_env", keep(rec.EnvironmentRecorder, r.environments)),
-        (venvs, "create_local_venv_on_each_node", rec.VenvRecorder()),
+    policy = keep(lm_policy.Policy, r.policies)
+    real = [
+        (grpo, "Policy", policy),
+        (lm_policy, "Policy", policy),
+        (grpo, "VllmGeneration", keep(grpo.VllmGeneration, r.generations)),
     ]
-    return out + [(m, "load_dataset", hub) for m in rec.dataset_modules()]
+    return driver_replacements(values, hub) + real
 
 
 def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.preflight.engine_checks import megatron_findings, vllm_findings
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import offline_hub, write_model
+    from nemo_fp8_rl.engines.nemo.preflight.stand_ins import cuda_arch_list
     from nemo_fp8_rl.engines.nemo.preflight.worker_rehearsal import (
         rehearse_megatron_worker,
         rehearse_vllm_worker,
@@ -187,16 +180,22 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
     cache = work / "hub"
     for name in {policy["model_name"], policy["tokenizer"]["name"]}:
         write_model(cache, name)
-    r = Rehearsal()
-    with offline_hub(cache), rec.installed(_replacements(r, rec.RayRecorder())):
+    r, tree = Rehearsal(), _nemo_rl_tree()
+    with (
+        offline_hub(cache),
+        rec.installed(_replacements(r, rec.RayRecorder())),
+        cuda_arch_list(),
+    ):
         prepared = runner._prepare_nemo(recipe)
         runner._train(recipe, work / "run", prepared)
         if r.policies:  # the workers' configs, for locating what the workers miss
-            live["policy"] = r.policies[0].kwargs["config"]
+            live["policy"] = r.policies[0].cfg
+            r.engine_errors += megatron_findings(r.policies[0].cfg, tree)
         if r.generations:
-            gen = r.generations[0].kwargs["config"]
+            gen = r.generations[0].cfg
             seed = recipe.config["grpo"]["seed"]  # grpo is a dict in v0.7.0, a model at main
             r.llm_kwargs = rehearse_vllm_worker(gen, seed, not_run)
+            r.engine_errors += vllm_findings(r.llm_kwargs, gen["vllm_cfg"], tree)
     if policy.get("megatron_cfg", {}).get("enabled"):
         r.megatron_imported = rehearse_megatron_worker(not_run)
     return r
@@ -305,9 +304,10 @@ def _preflight(recipe: Recipe) -> PreflightResult:
             try:
                 live: dict[str, Any] = {}
                 result = _rehearse(_for_rehearsal(recipe, work, config), work, not_run, live)
+                errors += result.engine_errors
                 if result.megatron_imported is False and result.policies:
                     found, result.unverified_reads = static_megatron_check(
-                        tree, result.policies[0].kwargs["config"], defaults
+                        tree, result.policies[0].cfg, defaults
                     )
                     errors += [e for e in found if e.key not in {x.key for x in errors}]
                 break
@@ -334,7 +334,8 @@ def _preflight(recipe: Recipe) -> PreflightResult:
                     )
                 known = defaults.get(err.key or "")
                 if (
-                    err.key
+                    isinstance(exc, KeyError)
+                    and err.key
                     and not err.key.startswith("?")
                     and err.key not in {e.key for e in errors}
                 ):

@@ -160,13 +160,62 @@ def locate(exc: BaseException, roots: dict[str, Any]) -> LocatedError | None:
         )
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     source = linecache.getline(frame.f_code.co_filename, line).strip()
+    key = statement_key(frame, line, roots)
     return LocatedError(
-        key=None,
+        key=key,
         file=file,
         line=line,
         message=f"{type(exc).__name__}: {text}"[:400],
-        fix=f"NeMo RL stops at `{source[:120]}`; change the recipe so that this holds",
+        fix=(f"set `{key}` so that " if key else "change the recipe so that ")
+        + f"NeMo RL's `{source[:120]}` holds",
     )
+
+
+def _failing_statement(frame: FrameType, line: int) -> ast.stmt | None:
+    """The smallest simple statement of the frame's file that spans `line`."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(frame.f_code.co_filename)))
+    except SyntaxError:
+        return None
+    compound = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.If, ast.For, ast.While)
+    spans = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.stmt)
+        and not isinstance(n, compound + (ast.With, ast.Try))
+        and n.lineno <= line <= (n.end_lineno or n.lineno)
+    ]
+    return min(spans, key=lambda n: (n.end_lineno or n.lineno) - n.lineno, default=None)
+
+
+def statement_key(frame: FrameType, line: int, roots: dict[str, Any]) -> str | None:
+    """Key path of the first config read `obj["k"]` in the failing statement (None if none).
+
+    Each constant subscript whose container is a plain lookup is evaluated again in the failing
+    frame and the container looked up among `roots`, as for a KeyError.
+    """
+    stmt = _failing_statement(frame, line)
+    if stmt is None or not roots:
+        return None
+    for node in ast.walk(stmt):
+        if not (
+            isinstance(node, ast.Subscript)
+            and isinstance(node.slice, ast.Constant)
+            and _is_plain_lookup(node.value)
+        ):
+            continue
+        try:
+            container = eval(  # noqa: S307 - names/attributes/constant subscripts only
+                compile(ast.Expression(node.value), "<located>", "eval"),
+                frame.f_globals,
+                frame.f_locals,
+            )
+        except Exception:
+            continue
+        path = key_path_of(container, node.slice.value, roots)
+        if path:
+            return path
+    return None
 
 
 def with_default_fix(error: LocatedError, value: Any, source: str | None) -> LocatedError:

@@ -2,13 +2,10 @@
 the Megatron worker's config path gets without a GPU.
 
 vLLM worker: NeMo RL's own `VllmGenerationWorkerImpl._init_config` and `_load_model` run on the
-generation config `grpo.setup()` handed to `VllmGeneration` (as the Ray worker would receive it),
-up to `vllm.LLM(**llm_kwargs)`, where `LLMRecorder` keeps the keyword arguments. Replaced, and
-why: `torch.cuda.get_device_capability` (`DeviceCapabilityRecorder`, answers Hopper's 9.0: the
-default of `enable_prefix_caching` depends on it); `_apply_vllm_patches` (`PatchRecorder`: it edits the installed vLLM's source files); `vllm`
-itself where it is not installed (`vllm_stand_in`: a module holding `LLMRecorder`); and then
-`init_fp8` for FP8 rollouts (`Fp8InitRecorder`: NeMo RL's FP8 module imports vLLM internals at
-import time), whose quantization arguments are then absent from the recorded kwargs.
+generation config the real `VllmGeneration` handed to its worker builder, up to
+`vllm.LLM(**llm_kwargs)`, where `LLMRecorder` keeps the keyword arguments. For FP8 rollouts that
+includes NeMo RL's real `init_fp8` (its FP8 validation and the `quantization` /
+`hf_overrides.quantization_config` arguments it adds). What is replaced, and why, is `STOOD_IN`.
 
 Megatron worker: `nemo_rl/models/megatron/setup.py` (which turns `policy.megatron_cfg` into
 Megatron-Bridge's model provider and optimizer config) is imported; where its import chain needs
@@ -20,21 +17,37 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib.util
-import logging
 import os
-import sys
-import types
 from collections.abc import Iterator
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.preflight.located import nemo_rl_frame, relative_file
 from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, installed
+from nemo_fp8_rl.engines.nemo.preflight.stand_in_modules import LLMRecorder, vllm_stand_in
+from nemo_fp8_rl.engines.nemo.preflight.stand_ins import StandIn
 
-FP8_MODULE = "nemo_rl.models.generation.vllm.quantization.fp8"
-
-
-class LLMRecorder(Recorder):
-    """`vllm.LLM`: keeps the keyword arguments the worker builds (`kwargs`)."""
+STOOD_IN = (
+    StandIn(
+        "nemo_rl...vllm_worker._apply_vllm_patches",
+        "PatchRecorder",
+        "edits the installed vLLM's source files",
+    ),
+    StandIn(
+        "torch.cuda.get_device_capability",
+        "DeviceCapabilityRecorder",
+        "answers 9.0 (Hopper): the default of `enable_prefix_caching` depends on it",
+    ),
+    StandIn(
+        "vllm (where not installed)",
+        "stand_in_modules.vllm_stand_in",
+        "a CUDA build; NeMo RL's FP8 module imports its internals at import time (init_fp8 itself runs)",
+    ),
+    StandIn(
+        "vllm.LLM",
+        "LLMRecorder",
+        "starts the engine; the recorded arguments go through vLLM's checks (vllm_checks)",
+    ),
+)
 
 
 class PatchRecorder(Recorder):
@@ -52,14 +65,6 @@ class DeviceCapabilityRecorder(Recorder):
         return (9, 0)
 
 
-class Fp8InitRecorder(Recorder):
-    """`init_fp8(vllm_cfg, model_name, model_parallel_size)`: records, returns no FP8 kwargs."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> dict:
-        self._record("init_fp8", *args, **kwargs)
-        return {}
-
-
 @contextlib.contextmanager
 def _saved_environ() -> Iterator[None]:
     """The worker sets process environment variables for vLLM; undo them afterwards."""
@@ -72,38 +77,16 @@ def _saved_environ() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def vllm_stand_in(not_run: list[str]) -> Iterator[type[LLMRecorder]]:
-    """Real vLLM with `LLM` recorded if importable; otherwise a `vllm` module of recorders."""
-    recorder = type("LLMRecorder", (LLMRecorder,), {})
-    if importlib.util.find_spec("vllm") is not None:
-        import vllm
-
-        with installed([(vllm, "LLM", recorder)]):
-            yield recorder
+def _vllm(not_run: list[str]) -> Iterator[None]:
+    """The machine's vLLM with `LLM` recorded if installed; otherwise the stand-in package."""
+    if importlib.util.find_spec("vllm") is None:
+        with vllm_stand_in():
+            yield
         return
-    vllm_mod = types.ModuleType("vllm")
-    vllm_mod.LLM, vllm_mod.SamplingParams = recorder, Recorder
-    log_mod = types.ModuleType("vllm.logger")
-    log_mod.init_logger = logging.getLogger
-    vllm_mod.logger = log_mod
-    fp8 = types.ModuleType(FP8_MODULE)
-    fp8.init_fp8 = Fp8InitRecorder()
-    added = {"vllm": vllm_mod, "vllm.logger": log_mod}
-    if importlib.util.find_spec(FP8_MODULE) is not None and FP8_MODULE not in sys.modules:
-        added[FP8_MODULE] = fp8
-    sys.modules.update(added)
-    try:
-        yield recorder
-    finally:
-        for name in added:
-            sys.modules.pop(name, None)
-        if fp8.init_fp8.calls:
-            not_run.append(
-                f"{FP8_MODULE.replace('.', '/')}.py init_fp8: imports vLLM internals "
-                "(vllm.model_executor...) at import and vLLM is not installed here; the FP8 "
-                "arguments it adds to LLM(...) (quantization, hf_overrides.quantization_config) "
-                "were not built"
-            )
+    import vllm
+
+    with installed([(vllm, "LLM", LLMRecorder)]):
+        yield
 
 
 def rehearse_vllm_worker(config: dict[str, Any], seed: int, not_run: list[str]) -> dict[str, Any]:
@@ -115,7 +98,7 @@ def rehearse_vllm_worker(config: dict[str, Any], seed: int, not_run: list[str]) 
     vcfg = config["vllm_cfg"]
     bundle = list(range(vcfg["tensor_parallel_size"] * vcfg["pipeline_parallel_size"]))
     with (
-        vllm_stand_in(not_run) as llm,
+        _vllm(not_run),
         installed(
             [
                 (vllm_worker, "_apply_vllm_patches", PatchRecorder()),
@@ -126,7 +109,9 @@ def rehearse_vllm_worker(config: dict[str, Any], seed: int, not_run: list[str]) 
     ):
         worker._init_config(config, bundle, 1.0, seed, None)
         worker._load_model(bundle, seed)
-    assert isinstance(getattr(worker, "llm", None), llm), "the vLLM worker built no vllm.LLM"
+    assert isinstance(getattr(worker, "llm", None), LLMRecorder), (
+        "the vLLM worker built no vllm.LLM"
+    )
     return copy.deepcopy(worker.llm.kwargs)
 
 
