@@ -1,0 +1,135 @@
+"""Preflight for `refit.quantize_on: trainer`: the refit metadata against vLLM's FP8 weight list.
+
+On a GPU cluster the first refit would fail in `prepare_refit_info` when the pairs the Megatron
+worker plans do not match what vLLM holds in FP8 (`vllm_refit.check_refit_info`). The preflight
+finds that first, on CPU:
+
+1. the export: the HF weight names and shapes of the recipe's model, from its shipped
+   `config.json` (a transformers model built on the meta device, no weights);
+2. the metadata step: `trainer_refit.plan_layout` + `shape_only`, the code the worker's
+   `prepare_refit_info` runs, under the recipe's `policy.generation.vllm_cfg`;
+3. vLLM's FP8 list: the linear and expert weights (the project's layout with no layer kept in
+   BF16) minus the modules NeMo RL's real `init_fp8` lists in `hf_overrides.quantization_config
+   .ignored_layers` of the `vllm.LLM(...)` arguments the rehearsal recorded (vLLM skips a fused
+   expert layer when any of its experts is listed);
+4. `check_refit_info(metadata, vLLM's list)`: every problem becomes one located error, at NeMo
+   RL's `_is_fp8_weight` (where vLLM's side decides what is FP8).
+
+So the check is independent where the two sides can disagree: which layers `init_fp8` keeps in
+BF16 (`num_first/last_layers_in_bf16`, `quantization_ignored_layer_kws`) and the quantization
+config vLLM is given; the set of linear weights itself is the project's reading of vLLM's layers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
+from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
+from nemo_fp8_rl.engines.nemo.vllm_refit import GROUPED_SLABS, RefitPayloadError, check_refit_info
+from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
+
+KEY = "refit.quantize_on"
+FP8_FILE = "nemo_rl/models/generation/vllm/quantization/fp8.py"
+DECIDES = "def _is_fp8_weight"
+
+
+def export_shapes(hf_config: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
+    """(HF name, meta tensor) of every weight of the model `hf_config` describes, in BF16."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    config = AutoConfig.for_model(**dict(hf_config))
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    return [(n, p) for n, p in model.named_parameters()]
+
+
+def _layer_of(module: str) -> str:
+    """`model.layers.<i>.` of a module name ('' outside the decoder layers)."""
+    parts = module.split(".")
+    return ".".join(parts[:3]) + "." if parts[:2] == ["model", "layers"] else ""
+
+
+def vllm_fp8_names(names: list[str], num_layers: int, ignored: list[str]) -> set[str]:
+    """Names vLLM holds in FP8: linear/expert weights not in `ignored` (module names); an expert
+    layer is skipped whole when any of its experts is listed."""
+    linear = NemoFp8Layout(names, NemoFp8Rules(num_layers=num_layers))
+    # vLLM tests `prefix in ignored_layers`: an entry that is not a string (v0.7.0's init_fp8
+    # appends a list per layer range, fp8.py:214) matches no module
+    ignored_set = {m for m in ignored if isinstance(m, str)}
+    skipped_expert_layers = {_layer_of(m) for m in ignored_set if ".mlp.experts." in m}
+    out = set()
+    for name in names:
+        module = name.removesuffix(".weight")
+        expert = ".mlp.experts." in name
+        if expert and _layer_of(module) in skipped_expert_layers:
+            continue
+        if (
+            name.endswith(GROUPED_SLABS)
+            and linear.expands(name)
+            or linear.is_fp8(name)
+            and module not in ignored_set
+        ):
+            out.add(name)
+    return out
+
+
+def _line(tree: Path) -> int:
+    path = tree / FP8_FILE
+    if path.is_file():
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if text.startswith(DECIDES):
+                return number
+    return 0
+
+
+def _error(tree: Path, message: str, fix: str) -> LocatedError:
+    return LocatedError(KEY, FP8_FILE, _line(tree), message, fix)
+
+
+def refit_findings(
+    config: Mapping[str, Any],
+    llm_kwargs: Mapping[str, Any] | None,
+    hf_config: Mapping[str, Any],
+    tree: Path,
+) -> list[LocatedError]:
+    """Located errors of the trainer-side FP8 refit for this recipe (empty: it matches)."""
+    if (config.get("refit") or {}).get("quantize_on") != "trainer" or llm_kwargs is None:
+        return []
+    fix = f"set {KEY}: generator, or align policy.generation.vllm_cfg with the model"
+    qcfg = (llm_kwargs.get("hf_overrides") or {}).get("quantization_config") or {}
+    if llm_kwargs.get("quantization") != "fp8" or qcfg.get("weight_block_size") != [128, 128]:
+        return [
+            _error(
+                tree,
+                f"vLLM is given quantization={llm_kwargs.get('quantization')!r}, "
+                f"weight_block_size={qcfg.get('weight_block_size')!r}: no 128x128 block FP8 "
+                "weights for the trainer's pairs",
+                fix,
+            )
+        ]
+    export = export_shapes(hf_config)
+    num_layers = int(hf_config["num_hidden_layers"])
+    policy = config["policy"]
+    _, entries = plan_layout(export, rules_for_worker(policy, num_layers))
+    metadata = {n: (t.shape, t.dtype) for n, t in shape_only(entries)}
+    vllm = vllm_fp8_names(
+        [n for n, _ in export], num_layers, list(qcfg.get("ignored_layers") or [])
+    )
+    try:
+        check_refit_info(metadata, vllm.__contains__, where="preflight")
+    except RefitPayloadError as exc:
+        shown = "; ".join(exc.problems[:6]) + ("; ..." if len(exc.problems) > 6 else "")
+        return [
+            _error(
+                tree,
+                f"the trainer's FP8 refit metadata does not match vLLM's FP8 weights "
+                f"({len(exc.problems)} problem(s)): {shown}",
+                fix,
+            )
+        ]
+    return []
