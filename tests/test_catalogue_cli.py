@@ -261,11 +261,12 @@ def test_copy_keeps_comments_and_loads_from_anywhere(tmp_path) -> None:
     assert "configs/precision/fp8-blockwise.yaml" in proc.stdout  # provenance names the parent
 
 
-def test_copy_is_refused_when_it_would_change_nothing_safely(tmp_path) -> None:
+def test_copy_never_replaces_a_file_unasked(tmp_path, capsys) -> None:
     """An existing file is left byte for byte as it was."""
     target = tmp_path / "mine.yaml"
     target.write_text("my notes\n")
     assert invoke(recipes.main, ["cp", T, str(target)]) == 2
+    assert f"error: {target}: already exists. Fix:" in capsys.readouterr().err
     assert target.read_text() == "my notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"]
 
