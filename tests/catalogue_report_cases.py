@@ -176,7 +176,7 @@ CASES: list[Case] = [
     Case("export-gpt2", "refit", EXPORT, 2, "architecture GPT2LMHeadModel is not one the refit bridge maps. Fix: export a model of a supported architecture (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)", _gpt2),
     Case("export-no-architecture", "refit", EXPORT, 2, "names no architecture", _config_edit(architectures=None, model_type=None)),
     # ---- eval: the run's recipe, the checkpoint, the arguments, all before any work ----------
-    Case("eval-recipe-empty", "eval", EVAL, 2, "run/recipe.yaml: empty: the run's saved recipe is lost", _run_with_recipe("")),
+    Case("eval-recipe-empty", "eval", EVAL, 2, "run/recipe.yaml: empty: the run's saved recipe is lost", _run_with_recipe(""), subprocess=True),
     Case("eval-recipe-list", "eval", EVAL, 2, "run/recipe.yaml: not a mapping (a list)", _run_with_recipe("- a\n- b\n")),
     Case("eval-recipe-no-cluster", "eval", EVAL, 2, "run/recipe.yaml: has no cluster.gpus_per_node", _run_with_recipe("grpo: {seed: 1}\n")),
     Case("eval-recipe-garbled", "eval", EVAL, 2, "run/recipe.yaml: not a readable recipe", _run_with_recipe("grpo: [1, 2\n")),
@@ -194,7 +194,7 @@ CASES: list[Case] = [
     Case("submit-eval-data-dir-missing", "submit", ("--eval", "{ws}/run", "--data-dir", "/missing", "--dry-run"), 2, "--data-dir /missing: no such folder", _gpu_run),
     Case("submit-eval-recipe-empty", "submit", ("--eval", "{ws}/run", "--dry-run"), 2, "run/recipe.yaml: empty", _run_with_recipe("")),
     # ---- submit: nodes the recipe does not use, values a script cannot hold ------------------
-    Case("submit-nodes-beyond-gpu-recipe", "submit", ("--recipe", Q, "--nodes", "2", "--dry-run"), 2, "--nodes 2: the recipe trains on cluster.num_nodes=1 node(s); NeMo RL would leave 1 allocated node(s) idle. Fix: add the override cluster.num_nodes=2"),
+    Case("submit-nodes-beyond-gpu-recipe", "submit", ("--recipe", Q, "--nodes", "2", "--dry-run"), 2, "--nodes 2: the recipe trains on cluster.num_nodes=1 node(s); NeMo RL would leave 1 allocated node(s) idle. Fix: add the override cluster.num_nodes=2", subprocess=True),
     Case("submit-nodes-beyond-cpu-recipe", "submit", ("--recipe", T, "--nodes", "2", "--dry-run"), 0, "--nodes 2: the job starts a Ray cluster of 2 nodes", changes=True, stdout="#SBATCH --nodes=2"),
     Case("submit-env-newline-override", "submit", ("--recipe", T, "slurm.env.FOO=a\nb", "--dry-run"), 2, "slurm.env.FOO: value holds a line break, which YAML folds into a space ('a b')"),
     Case("submit-env-newline-in-recipe", "submit", ("--recipe", "{ws}/r.yaml", "--dry-run"), 2, "slurm.env.FOO: value 'a\\nb' contains the control character", lambda ws: ws.recipe('slurm:\n  env:\n    FOO: "a\\nb"\n')),

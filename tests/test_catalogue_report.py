@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,6 +39,21 @@ def test_catalogue_report(case, tmp_path, hf_source, monkeypatch, capsys) -> Non
     check_case_output(case, code, captured.out, captured.err, ws)
     if not case.changes:
         assert tree_state(ws) == before, "the command changed files although it failed"
+
+
+SUBPROCESS = [c for c in CASES if c.subprocess]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
+def test_console_script_prints_no_traceback(case, tmp_path, hf_source, monkeypatch) -> None:
+    ws, argv = prepare_case(case, tmp_path, hf_source, monkeypatch)
+    before = tree_state(ws)
+    script = Path(sys.executable).parent / f"nemo_fp8_rl.{case.command}"
+    proc = subprocess.run(
+        [str(script), *argv], capture_output=True, text=True, timeout=300, env=dict(os.environ)
+    )
+    check_case_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
+    assert tree_state(ws) == before
 
 
 # ---- compare: one folder per comparison --------------------------------------------------------
