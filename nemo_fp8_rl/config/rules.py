@@ -260,6 +260,15 @@ def tensor_parallel_batches(config: dict, prov: dict[str, str]) -> list[ConfigIs
 
 # (key, value the CPU engine cannot honour, why, fix) for `cpu_supported_features`.
 _CPU_REFUSED = (
+    (
+        "logger.swanlab_enabled",
+        True,
+        "the embedded engine logs to TensorBoard, W&B and MLflow but does not carry SwanLab "
+        "(another client and cloud login for a backend NeMo RL's own logger already serves on "
+        "GPU recipes)",
+        "set logger.swanlab_enabled=false and use logger.wandb_enabled or "
+        "logger.mlflow_enabled, or train on the NeMo RL engine",
+    ),
     (f"{VLLM}.is_mx", True, "MXFP8 rollout needs Blackwell GPUs", f"set {VLLM}.is_mx=false"),
     (
         f"{MCORE}.fp8_cfg.fp8_param",
