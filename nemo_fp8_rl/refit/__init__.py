@@ -10,6 +10,20 @@ Parts: `names` (Megatron/HF → engine names, GQA-correct splits), `plan` (per-n
 `stream` (requantization with the `fp8` core, buckets, manifests), `verify` (receiver checks),
 `module_receiver` (transformers models), `vllm_receiver` (vLLM `reload_weights`), `export`
 (FP8 safetensors checkpoint + `quantization_config`).
+
+NeMo RL path (`refit.quantize_on: trainer`): the trainer sends each FP8 weight as the pair NeMo
+RL's vLLM worker would otherwise make on arrival, bit for bit:
+
+    from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
+    rules = NemoFp8Rules.from_vllm_cfg(vllm_cfg, num_layers)  # precision fp8, pow2, BF16 layers
+    layout = NemoFp8Layout(streamed_names, rules)             # which names vLLM holds in FP8
+    layout.quantize_named(name, bf16)    # [(name, e4m3), (name + "_scale_inv", fp32)] or as-is
+    layout.planned(name, shape, dtype)   # the same entries as (name, shape, dtype) metadata
+
+`nemo_quant.quantize_blockwise_like_nemo_rl(w, pow2_scale=...)` is the quantizer (CPU fast path,
+Triton on CUDA), `nemo_fp8.expand_grouped_experts` the grouped-MoE expansion, `hf_shapes` the
+HF-named shapes of a model from its `config.json`, and `nemo_reference` loads NeMo RL's own
+`fp8.py` from a source tree to verify against (tests, benchmark, sweep).
 """
 
 from nemo_fp8_rl.refit.errors import RefitError
