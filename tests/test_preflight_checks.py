@@ -105,6 +105,7 @@ def test_citations_follow_the_pinned_vllm(tmp_path):
     assert err.line == 0  # a version whose source was not read: the file, no line
 
 
+@pytest.mark.slow  # importing megatron-core takes minutes on a loaded machine
 def test_transformer_config_runs_megatron_core_validation(tmp_path):
     pytest.importorskip("megatron.core")
     from nemo_fp8_rl.engines.nemo.preflight.megatron_checks import (

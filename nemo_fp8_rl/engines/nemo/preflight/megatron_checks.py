@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError, locate
-from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, installed
-from nemo_fp8_rl.engines.nemo.preflight.stand_ins import StandIn
+from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, StandIn, installed
 
 STOOD_IN = (
     StandIn(

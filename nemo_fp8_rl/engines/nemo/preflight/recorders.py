@@ -13,7 +13,17 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """One replaced thing: where (`module.attr`), by what, and why it cannot run on CPU."""
+
+    target: str
+    recorder: str
+    why: str
 
 
 class Recorder:

@@ -13,20 +13,11 @@ import contextlib
 import importlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
+from nemo_fp8_rl.engines.nemo.preflight import megatron_checks, worker_rehearsal
 from nemo_fp8_rl.engines.nemo.preflight import recorders as rec
-
-
-@dataclass(frozen=True)
-class StandIn:
-    """One replaced thing: where (`module.attr`), by what, and why it cannot run on CPU."""
-
-    target: str
-    recorder: str
-    why: str
-
+from nemo_fp8_rl.engines.nemo.preflight.recorders import StandIn
 
 DATASETS = "nemo_rl.data.datasets.*.load_dataset"
 DRIVER: tuple[StandIn, ...] = (
@@ -149,8 +140,6 @@ def driver_replacements(
 
 def all_rows() -> dict[str, tuple[StandIn, ...]]:
     """Every stand-in, by where it acts."""
-    from nemo_fp8_rl.engines.nemo.preflight import megatron_checks, worker_rehearsal
-
     return {
         "NeMo RL's driver (grpo.setup, Policy, VllmGeneration)": DRIVER,
         "process environment": ENVIRONMENT,

@@ -22,9 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.preflight.located import nemo_rl_frame, relative_file
-from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, installed
+from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, StandIn, installed
 from nemo_fp8_rl.engines.nemo.preflight.stand_in_modules import LLMRecorder, vllm_stand_in
-from nemo_fp8_rl.engines.nemo.preflight.stand_ins import StandIn
 
 STOOD_IN = (
     StandIn(
