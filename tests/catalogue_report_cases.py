@@ -112,6 +112,15 @@ def _mislabel_index(src: Path) -> None:
     path.write_text(json.dumps(index))
 
 
+def _drop_tensor(src: Path, name: str) -> None:
+    """The checkpoint without one tensor (a config that says the weights are untied)."""
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(src / "model.safetensors")
+    del tensors[name]
+    save_file(tensors, src / "model.safetensors", metadata={"format": "pt"})
+
+
 def _config_edit(**changes: object):
     def setup(ws: Workspace) -> None:
         path = ws.hf("src") / "config.json"
@@ -173,6 +182,7 @@ CASES: list[Case] = [
     Case("export-layers-disagree", "refit", EXPORT, 2, "num_hidden_layers is 4 but the tensors hold 3 layers", _config_edit(num_hidden_layers=4)),
     Case("export-intermediate-disagrees", "refit", EXPORT, 2, "intermediate_size is 512 but model.layers.0.mlp.gate_proj.weight has 384 rows", _config_edit(intermediate_size=512)),
     Case("export-vocab-disagrees", "refit", EXPORT, 2, "vocab_size is 32000 but model.embed_tokens.weight is [128, 128]", _config_edit(vocab_size=32000)),
+    Case("export-untied-without-lm-head", "refit", EXPORT, 2, "tie_word_embeddings is false but the tensors hold no lm_head.weight", lambda ws: _drop_tensor(ws.hf("src"), "lm_head.weight")),
     Case("export-gpt2", "refit", EXPORT, 2, "architecture GPT2LMHeadModel is not one the refit bridge maps. Fix: export a model of a supported architecture (LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM)", _gpt2),
     Case("export-no-architecture", "refit", EXPORT, 2, "names no architecture", _config_edit(architectures=None, model_type=None)),
     # ---- eval: the run's recipe, the checkpoint, the arguments, all before any work ----------

@@ -13,7 +13,7 @@ a `config.json` that describes the tensors.
   number of `model.layers.<i>`; q rows = `num_attention_heads * head_dim`, k and v rows =
   `num_key_value_heads * head_dim` (`head_dim` = `hidden_size / num_attention_heads` when unset);
   dense `gate_proj`/`up_proj` rows = `intermediate_size`; expert ones = `moe_intermediate_size`,
-  and experts per layer = `num_experts`.
+  and experts per layer = `num_experts`; `tie_word_embeddings: false` needs an `lm_head.weight`.
 """
 
 from __future__ import annotations
@@ -170,6 +170,9 @@ def shape_problems(config: Mapping[str, Any], shapes: Mapping[str, tuple[int, ..
             experts[int(m.group(1))].add(int(m.group(2)))
             if moe_rows is not None and shape[0] != moe_rows:
                 note("moe_intermediate_size", f"{moe_rows} but {name} has {shape[0]} rows")
+    untied = config.get("tie_word_embeddings") is False
+    if untied and embed is not None and "lm_head.weight" not in shapes:
+        note("tie_word_embeddings", "false but the tensors hold no lm_head.weight")
     count = config.get("num_experts")
     for layer, found in sorted(experts.items()):
         if count is not None and len(found) != count:
