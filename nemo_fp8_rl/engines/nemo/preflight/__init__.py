@@ -169,7 +169,12 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo import runner
     from nemo_fp8_rl.engines.nemo.preflight.engine_checks import megatron_findings, vllm_findings
-    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import offline_hub, write_model
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import (
+        model_config,
+        offline_hub,
+        write_model,
+    )
+    from nemo_fp8_rl.engines.nemo.preflight.refit_check import refit_findings
     from nemo_fp8_rl.engines.nemo.preflight.stand_ins import cuda_arch_list
     from nemo_fp8_rl.engines.nemo.preflight.worker_rehearsal import (
         rehearse_megatron_worker,
@@ -196,6 +201,8 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
             seed = recipe.config["grpo"]["seed"]  # grpo is a dict in v0.7.0, a model at main
             r.llm_kwargs = rehearse_vllm_worker(gen, seed, not_run)
             r.engine_errors += vllm_findings(r.llm_kwargs, gen["vllm_cfg"], tree)
+            hf = model_config(policy["model_name"])
+            r.engine_errors += refit_findings(recipe.config, r.llm_kwargs, hf, tree)
     if policy.get("megatron_cfg", {}).get("enabled"):
         r.megatron_imported = rehearse_megatron_worker(not_run)
     return r
