@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -70,6 +71,10 @@ def prepare_case(case: Case, tmp_path: Path, hf_source, monkeypatch) -> tuple[Pa
     return ws, [_fill(a, ws) for a in case.argv]
 
 
+# `error: <where>: <what>. Fix: <how>`, or a recipe's problems as `  - <file>: <key>: ... Fix:`.
+ERROR_LINE = re.compile(r"^(error: |  - )\S[^\n]*?: [^\n]*?\S\. Fix: \S", re.M)
+
+
 def check_case_output(case: Case, code: int, out: str, err: str, ws: Path) -> None:
     assert "Traceback" not in out + err, err
     assert "internal error" not in err, err
@@ -78,9 +83,9 @@ def check_case_output(case: Case, code: int, out: str, err: str, ws: Path) -> No
     )
     assert _fill(case.fragment, ws) in out + err, f"stdout: {out[-2000:]}\nstderr: {err}"
     assert _fill(case.stdout, ws) in out, out[-2000:]
-    if case.code in (1, 2) and case.argv[:1] != ("validate",):  # validate reports on stdout
+    if case.code != 0 and case.argv[:1] != ("validate",):  # validate reports on stdout
         assert err.startswith("error: ") or "\nerror: " in err, err
-        assert "Fix:" in err, err
+        assert ERROR_LINE.search(err), f"not `error: <where>: <what>. Fix: <how>`:\n{err}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from catalogue_cases import Case
 from catalogue_cli_cases import CASES, F, Q, T
-from test_catalogue import prepare_case, tree_state
+from test_catalogue import ERROR_LINE, prepare_case, tree_state
 
 from nemo_fp8_rl.cli import compare, recipes, refit, submit, train
 from nemo_fp8_rl.cli import eval as eval_cli
@@ -37,7 +37,6 @@ MAINS = {
     "refit": refit.main,
     "eval": eval_cli.main,
 }
-ERROR_LINE = re.compile(r"^(error: |  - )\S[^\n]*?: [^\n]*?\S\. Fix: \S", re.M)
 
 
 def _nemo_rl_importable() -> bool:
