@@ -70,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_intermixed_args(argv)
     if args.resume and args.overwrite:
         parser.error("--resume continues a run and --overwrite starts it over; give one")
+    if args.seeds is None and args.parallel != 1:
+        parser.error("--parallel sets how many seeds train at once; add --seeds (e.g. 1-4)")
     if args.seeds is not None:
         return main_seeds(args)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)

@@ -45,14 +45,19 @@ def add_seed_args(parser: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     """Load and check every seed's recipe; returns (group dir, child commands, engine).
 
+    Seeds whose run finished in an earlier launch get no command; `args.kept` lists them
+    (`nemo_fp8_rl.runs.seed_plan` decides, per seed, to start, resume, start over or keep).
+
     Raises:
         SeedSpecError: bad --seeds / --parallel, or a grpo.seed override.
         RecipeError: a seed's recipe does not load.
-        RunDirError: a seed's run directory holds another recipe's run.
+        RunDirError: the group folder is a file or a single-seed run; a seed's run directory
+            holds another recipe's run, or one stopped part-way without --resume.
         EngineUnavailable: no engine can run the recipe here.
     """
     from nemo_fp8_rl.engines.choose import choose_engine
-    from nemo_fp8_rl.runs.rundir import check_owner
+    from nemo_fp8_rl.runs.lock import check_free
+    from nemo_fp8_rl.runs.seed_plan import check_group, seed_action
 
     seeds = parse_seeds(args.seeds)
     if args.parallel < 1:
@@ -60,21 +65,26 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     check_overrides(args.overrides)
     base = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     group = base.run_dir
+    check_group(group)
+    check_free(group)
     commands: dict[int, list[str]] = {}
+    args.kept = []
     engine = choose_engine(base, args.engine)
     for seed in seeds:
         run_dir = seed_run_dir(group, seed)
         recipe = load_recipe(base.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
-        if not args.resume:
-            check_owner(run_dir, recipe.config, overwrite=args.overwrite)
+        action = seed_action(run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite)
+        if action == "keep":
+            args.kept.append(seed)
+            continue
         commands[seed] = train_command(
             base.path,
             run_dir,
             seed,
             args.overrides,
             engine=engine,
-            resume=args.resume,
-            overwrite=args.overwrite,
+            resume=action == "resume",
+            overwrite=action == "overwrite",
         )
     return group, commands, engine
 
@@ -84,12 +94,16 @@ def main_seeds(args: argparse.Namespace) -> int:
     group, commands, engine = plan(args)  # a bad seed list, run dir or engine: its error line
     print(
         f"{len(commands)} seed(s) of {group.name} on the {engine} engine, {args.parallel} at a time"
+        + (f"; kept (finished before): {', '.join(map(str, args.kept))}" if args.kept else "")
     )
     if args.dry_run:
         for seed, cmd in commands.items():
             print(f"seed {seed}: {shlex.join(cmd)}")
         return 0
-    outcomes = run_seeds(commands, group, parallel=args.parallel)
+    from nemo_fp8_rl.runs.lock import hold
+
+    hold(group)  # one launch per group folder (each seed's run also locks its own folder)
+    outcomes = run_seeds(commands, group, parallel=args.parallel, kept=args.kept)
     print("---- seeds ----")
     for line in summary_lines(outcomes):
         print(line)

@@ -3,9 +3,12 @@ and a guard so that nothing is destroyed by accident.
 
 `check_owner` runs before anything is written. It refuses a path that is a file, `/` or the home
 folder; a non-empty folder that holds no run (only `slurm/`, the job files `nemo_fp8_rl.submit`
-writes, and `train.log`, the log `--seeds` tees each seed's run into, may be there); a run of another recipe; and a run of this recipe unless the user said
-what to do with it: `--resume` continues it (same settings up to `RESUMABLE_KEYS`),
-`--overwrite` starts it again.
+writes, `train.log`, the log `--seeds` tees each seed's run into, and the lock file may be
+there); a multi-seed run (`seed-<k>/`, `seeds.json`: use `--seeds`); a run of another recipe;
+and a run of this recipe that completed a step, unless the user said what to do with it:
+`--resume` continues it (same settings up to `RESUMABLE_KEYS`), `--overwrite` starts it again.
+A run that never completed its first step (no step logged, no checkpoint: Ray did not start,
+the warm-up was interrupted) has nothing to keep and starts over with the same command.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -24,6 +28,8 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs.lock import LOCK_NAME
+from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
 RESUMABLE_KEYS = (
@@ -44,9 +50,54 @@ class RunDirError(UsageError):
         super().__init__(where, f"{what}; nothing was written", fix)
 
 
-# Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes and
-# the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.runs.seeds`).
-_PRE_RUN = {"slurm", "train.log"}
+# Entries a folder may hold before its first run: the job files `nemo_fp8_rl.submit` writes,
+# the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.runs.seeds`)
+# and the run's lock file (`nemo_fp8_rl.runs.lock`).
+_PRE_RUN = {"slurm", "train.log", LOCK_NAME}
+
+
+@dataclass(frozen=True)
+class RunProgress:
+    """How far a run got: the highest step in `metrics.jsonl` and its `step_*` checkpoints."""
+
+    steps: int
+    checkpoints: tuple[str, ...]
+
+    @property
+    def started(self) -> bool:
+        """True once the run completed a GRPO step (a step >= 1 logged, or a checkpoint saved);
+        a run that never got there has nothing to keep and starts over by itself."""
+        return self.steps > 0 or bool(self.checkpoints)
+
+
+def run_progress(run_dir: Path, config: dict | None = None) -> RunProgress:
+    """The progress recorded in `run_dir` (checkpoints under `run_dir/checkpoints` and, for the
+    cluster engine, `checkpointing.checkpoint_dir` of `config`). A garbled metrics line counts
+    as a logged step: unreadable progress is kept, never thrown away."""
+    steps = 0
+    metrics = Path(run_dir) / "metrics.jsonl"
+    if metrics.is_file():
+        for line in metrics.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                step = json.loads(line).get("step", 0) if line.strip() else 0
+                steps = max(steps, int(step))
+            except (ValueError, TypeError, AttributeError):
+                steps = max(steps, 1)
+    roots = [Path(run_dir) / "checkpoints"]
+    ckpt_dir = ((config or {}).get("checkpointing") or {}).get("checkpoint_dir")
+    if isinstance(ckpt_dir, str) and ckpt_dir:
+        roots.append(Path(ckpt_dir))
+    found = sorted({p.name for root in roots if root.is_dir() for p in root.glob("step_*")})
+    return RunProgress(steps, tuple(found))
+
+
+def _seed_entries(run_dir: Path) -> list[str]:
+    """The `seed-<k>` folders and `seeds.json` of a multi-seed run in `run_dir`."""
+    return sorted(
+        p.name
+        for p in run_dir.iterdir()
+        if p.name == SUMMARY_NAME or (p.is_dir() and seed_of_dir(p) is not None)
+    )
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -90,6 +141,15 @@ def check_owner(
     saved_path = run_dir / "recipe.yaml"
     if not saved_path.exists():
         entries = sorted(p.name for p in run_dir.iterdir())
+        seeds = _seed_entries(run_dir)
+        if seeds:
+            shown = ", ".join(seeds[:4]) + (", ..." if len(seeds) > 4 else "")
+            raise RunDirError(
+                run_dir,
+                f"holds a multi-seed run ({shown}), made by --seeds",
+                "add --seeds to work with it (e.g. --seeds 1-3), or pass --run-dir with another "
+                "folder for a single run",
+            )
         if set(entries) - _PRE_RUN:
             shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
             raise RunDirError(
@@ -143,6 +203,9 @@ def _check_saved(
         )
     if overwrite:
         return
+    progress = run_progress(run_dir, saved)
+    if not progress.started:
+        return  # never reached its first step: nothing to keep, it starts over
     diffs = config_differences(saved, _json_roundtrip(config))
     if diffs:
         shown = "; ".join(diffs[:5]) + ("; ..." if len(diffs) > 5 else "")
@@ -151,6 +214,13 @@ def _check_saved(
             f"already holds a run of {name!r} with different settings ({shown})",
             "pass --run-dir to write elsewhere, or --overwrite to start this run over"
             + (" (a resumed run keeps its settings)" if resume else ""),
+        )
+    if not resume and not progress.checkpoints:
+        raise RunDirError(
+            run_dir,
+            f"already holds a run of {name!r} that logged {progress.steps} step(s) but saved no "
+            "checkpoint to continue from",
+            "pass --overwrite to start it over, or --run-dir to write elsewhere",
         )
     if not resume:
         raise RunDirError(

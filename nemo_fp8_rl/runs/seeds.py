@@ -30,9 +30,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 SEED_DIR_PREFIX = "seed-"
 SEED_KEY = "grpo.seed"
 SUMMARY_NAME = "seeds.json"
+# The most seeds one launch (or Slurm job array) takes: each seed is a full training run, and a
+# typo such as 1-100000 must fail at once instead of planning 100,000 runs.
+MAX_SEEDS = 1000
 _ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
 
 
@@ -44,7 +49,8 @@ def parse_seeds(text: str) -> list[int]:
     """`"1,2,3"`, `"1-5"` or a mix (`"1-3,7"`) -> sorted unique seeds (ranges inclusive).
 
     Raises:
-        SeedSpecError: an empty item, a reversed range, a negative seed, or anything else.
+        SeedSpecError: an empty item, a reversed range, a negative seed, more than `MAX_SEEDS`
+            seeds, or anything else.
     """
     seeds: set[int] = set()
     for item in str(text).split(","):
@@ -60,6 +66,12 @@ def parse_seeds(text: str) -> list[int]:
             raise SeedSpecError(
                 f"--seeds {text!r}: {item.strip()!r} is not a range of non-negative seeds "
                 "(low-high, low <= high). Fix: e.g. 1-5"
+            )
+        if high - low + 1 + len(seeds) > MAX_SEEDS:
+            raise SeedSpecError(
+                f"--seeds {text!r}: more than {MAX_SEEDS} seeds in one launch "
+                f"({item.strip()!r} alone is {high - low + 1}). Fix: give at most {MAX_SEEDS} "
+                "seeds, e.g. 1-10, and launch further ranges separately"
             )
         seeds.update(range(low, high + 1))
     return sorted(seeds)
@@ -107,6 +119,7 @@ class SeedOutcome:
     log: str
     returncode: int | None = None
     wall_s: float = 0.0
+    kept: bool = False  # finished by an earlier launch; not run again
 
     @property
     def ok(self) -> bool:
@@ -114,6 +127,8 @@ class SeedOutcome:
 
     def describe(self) -> str:
         """`seed 2: FAILED (exit 1) after 12.3 s, log runs/x/seed-2/train.log`."""
+        if self.kept:
+            return f"seed {self.seed}: ok (finished before, kept), log {self.log}"
         if self.returncode is None:
             state = "NOT RUN"
         elif self.returncode == 0:
@@ -195,8 +210,11 @@ def run_seeds(
     parallel: int = 1,
     echo: Callable[[str], None] = print,
     poll_s: float = 0.2,
+    kept: Sequence[int] = (),
 ) -> list[SeedOutcome]:
     """Run each seed's command (at most `parallel` at a time, in seed order); never stop early.
+
+    Seeds in `kept` finished in an earlier launch: they are recorded as such, not run.
 
     A seed that fails is recorded and the next one starts. On Ctrl-C or SIGTERM (`kill`,
     `scancel`, `timeout`) the running children are stopped (their seeds recorded as failed, the
@@ -207,8 +225,10 @@ def run_seeds(
         s: SeedOutcome(
             s, str(seed_run_dir(group_dir, s)), str(seed_run_dir(group_dir, s) / "train.log")
         )
-        for s in commands
+        for s in [*commands, *kept]
     }
+    for s in kept:
+        outcomes[s].returncode, outcomes[s].kept = 0, True
     waiting = sorted(commands)
     running: list[_Child] = []
     previous = _raise_on_sigterm()
@@ -247,14 +267,47 @@ def _raise_on_sigterm():
 
 
 def write_summary(group_dir: Path, outcomes: Sequence[SeedOutcome]) -> Path:
-    """`<group_dir>/seeds.json`: one entry per seed (seed, run_dir, log, returncode, wall_s)."""
+    """`<group_dir>/seeds.json`: one entry per seed (seed, run_dir, log, returncode, wall_s,
+    kept). Entries of seeds this launch did not run (an earlier launch's `--seeds 1-3`, now
+    `--seeds 2 --resume`) are kept as they were."""
     path = Path(group_dir) / SUMMARY_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"seeds": [asdict(o) for o in outcomes], "written_at": time.time()}
+    mine = {o.seed for o in outcomes}
+    earlier = [e for e in read_summary(group_dir) if e.get("seed") not in mine]
+    entries = sorted([*earlier, *(asdict(o) for o in outcomes)], key=lambda e: e["seed"])
+    payload = {"seeds": entries, "written_at": time.time()}
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def read_summary(group_dir: Path) -> list[dict]:
+    """The entries of `<group_dir>/seeds.json` ([] when there is none).
+
+    Raises:
+        SummaryError: the file exists but is not a summary this launcher wrote.
+    """
+    path = Path(group_dir) / SUMMARY_NAME
+    if not path.exists():
+        return []
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        entries = data["seeds"]
+        if not all(isinstance(e, dict) and isinstance(e.get("seed"), int) for e in entries):
+            raise TypeError("an entry without an integer seed")
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise SummaryError(
+            path,
+            f"not a seeds summary written by --seeds ({type(exc).__name__}: {exc}); nothing was "
+            "written",
+            "move it away, or pass --run-dir with another folder",
+        ) from None
+    return entries
+
+
+class SummaryError(UsageError):
+    """A `seeds.json` that this launcher did not write (it is left as it is)."""
 
 
 def summary_lines(outcomes: Sequence[SeedOutcome]) -> list[str]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -37,9 +38,18 @@ def _clean(value: float) -> float | None:
 class MetricsLogger:
     """Writes `{"step": k, name: value, ...}` lines to `metrics.jsonl` and TensorBoard scalars."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool, completed_steps: int = 0) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tensorboard: bool,
+        completed_steps: int = 0,
+        sinks: Sequence[Any] = (),
+    ) -> None:
         """Open the run's metric sinks, dropping anything logged after `completed_steps`
-        (everything when it is 0: the run starts over)."""
+        (everything when it is 0: the run starts over). `sinks` are further backends (W&B,
+        MLflow: `nemo_fp8_rl.engines.local.backends`), each given every step's metrics."""
+        self.sinks = list(sinks)
         self.path = run_dir / "metrics.jsonl"
         _truncate_jsonl(self.path, completed_steps)
         self._file = self.path.open("a", encoding="utf-8")
@@ -62,12 +72,16 @@ class MetricsLogger:
             for name, value in metrics.items():
                 if math.isfinite(float(value)):
                     self._tb.add_scalar(name, float(value), step)
+        for sink in self.sinks:
+            sink.log(step, metrics)
 
     def close(self) -> None:
         """Flush and close the sinks."""
         self._file.close()
         if self._tb is not None:
             self._tb.close()
+        for sink in self.sinks:
+            sink.close()
 
 
 def _truncate_jsonl(path: Path, completed_steps: int) -> None:

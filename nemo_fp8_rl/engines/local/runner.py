@@ -22,15 +22,17 @@ from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
 from nemo_fp8_rl.engines.local import precision
-from nemo_fp8_rl.engines.local.actors import make_actors, start_ray
+from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
+from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar
 from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
+from nemo_fp8_rl.engines.local.ray_start import start_ray
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
-from nemo_fp8_rl.runs import rundir
+from nemo_fp8_rl.runs import lock, rundir
 
 
 def _sampling_seed(seed: int, step: int) -> int:
@@ -161,6 +163,7 @@ class Loop:
             self.run_dir,
             tensorboard=self.cfg["logger"]["tensorboard_enabled"],
             completed_steps=start,
+            sinks=open_sinks(self.cfg, self.run_dir),
         )
         bar = ProgressBar(
             self.steps, start, enabled=progress, name=self.cfg["logger"]["wandb"]["name"]
@@ -201,6 +204,25 @@ def run(
     torch.set_num_threads(local.num_threads)
     quiet_transformers()
     run_dir = Path(recipe.run_dir).resolve()
+    rundir.check_owner(run_dir, cfg, resume=resume, overwrite=overwrite)
+    lock.hold(run_dir)  # one training process per run dir, until this process ends
+    try:
+        return _run_locked(recipe, run_dir, local, resume, progress, overwrite)
+    finally:
+        lock.release(run_dir)
+
+
+def _run_locked(
+    recipe: Recipe,
+    run_dir: Path,
+    local: LocalConfig,
+    resume: bool,
+    progress: bool,
+    overwrite: bool,
+) -> Path:
+    """`run` once the run dir is locked: checked again (another process may have written it
+    before the lock was taken), prepared, and trained."""
+    cfg = recipe.config
     rundir.check_owner(run_dir, cfg, resume=resume, overwrite=overwrite)
     resume_from = (
         ckpt.resume_point(run_dir / "checkpoints", recipe.name, cfg["grpo"]["max_num_steps"])

@@ -1,0 +1,187 @@
+"""Launching the embedded engine on a loaded machine: successes and waits, per start-up variant.
+
+Run: `uv run python benchmarks/bench_ray_start.py [--load 12] [--launches 10]
+[--variants once retry] [--json out.json]`. Holds the load average at `--load` or more with
+busy-loop processes (`LoadHolder`: only as many as the machine's other work leaves missing;
+each ends by itself after `--burn-s` seconds or with this script, and all are killed at the
+end), waits until the 1-minute load average reaches it, then launches the engine
+`--launches` times per variant, each launch in a fresh Python process: Ray started as the
+variant says, the trainer and rollout actors created from the tiny recipe and both answering
+`ping`, Ray shut down. Prints, per variant, successes out of launches and the launch time
+(min / median / max over the successful launches) with the 1-minute load average seen at each
+launch's start; `--json` also writes every launch.
+
+Variants: `once` is a single `ray.init` (dashboard off, 2 CPUs; Ray waits its fixed 30 s for
+the raylet), `gcs-wait` is `once` with the GCS port wait raised to 120 s, `retry` is the
+engine's `start_ray` (that wait raised, and a timed-out start cleaned up and tried again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+VARIANTS = ("once", "gcs-wait", "retry")
+BURN = (
+    "import os, time\nparent, end = os.getppid(), time.time() + {s}\n"
+    "while time.time() < end and os.getppid() == parent:\n    pass\n"
+)
+
+
+class LoadHolder:
+    """Holds the machine's load at `target` or more with busy-loop processes, as few as needed:
+    every `period_s` it counts the runnable tasks (`/proc/loadavg`, 4th field) that are not its
+    own burners and keeps `target - others` burners (at least `floor`). Each burner exits by
+    itself after `seconds` or when this process is gone; `stop` kills them all."""
+
+    def __init__(self, target: int, seconds: float, floor: int = 2, period_s: float = 3.0):
+        self.target, self.seconds, self.floor, self.period_s = target, seconds, floor, period_s
+        self.procs: list[subprocess.Popen] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def start(self) -> LoadHolder:
+        self._adjust()
+        self._thread.start()
+        return self
+
+    def _adjust(self) -> None:
+        self.procs = [p for p in self.procs if p.poll() is None]
+        running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1
+        others = max(running - len(self.procs), 0)
+        want = max(self.floor, self.target - others)
+        code = BURN.format(s=self.seconds)
+        while len(self.procs) < want:
+            self.procs.append(subprocess.Popen([sys.executable, "-c", code]))
+        while len(self.procs) > want:
+            self.procs.pop().kill()
+
+    def _hold(self) -> None:
+        while not self._stop.wait(self.period_s):
+            self._adjust()
+
+    def wait_for_load(self, timeout_s: float = 300) -> float:
+        """Block until the 1-minute load average reaches `target` (or `timeout_s`); returns it."""
+        deadline = time.monotonic() + timeout_s
+        while os.getloadavg()[0] < self.target and time.monotonic() < deadline:
+            time.sleep(2)
+        return os.getloadavg()[0]
+
+    def stop(self) -> None:
+        """Stop adjusting and kill every burner."""
+        self._stop.set()
+        self._thread.join(timeout=10)
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+        for p in self.procs:
+            p.wait()
+
+
+def child(variant: str) -> dict:
+    """One launch in this process; returns {ok, seconds, load, attempts, error}."""
+    os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
+    os.environ.pop("RAY_ADDRESS", None)
+    if variant == "gcs-wait":
+        os.environ["RAY_gcs_server_port_wait_time_s"] = "120"  # noqa: SIM112 (Ray's own name)
+    import ray
+
+    from nemo_fp8_rl.config import load_recipe
+    from nemo_fp8_rl.engines.local.actors import make_actors
+    from nemo_fp8_rl.engines.local.ray_start import StartRecord, start_ray
+
+    cfg = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16").config
+    load = os.getloadavg()[0]
+    t0 = time.monotonic()
+    record = StartRecord()
+    out = {"variant": variant, "load": load, "ok": False}
+    try:
+        if variant == "retry":
+            start_ray(record=record)
+        else:
+            ray.init(
+                num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False
+            )
+        trainer, rollout = make_actors(cfg, None, 1)
+        ray.get([trainer.ping.remote(), rollout.ping.remote()])
+        out["ok"] = True
+    except Exception as exc:  # noqa: BLE001 (a failed launch is a data point)
+        out["error"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+    out["seconds"] = time.monotonic() - t0
+    out["attempts"] = [round(a, 1) for a in record.attempts] or None
+    ray.shutdown()
+    return out
+
+
+def launch(variant: str, timeout_s: float) -> dict:
+    """Run `child(variant)` in a fresh interpreter; its JSON line, or a timeout record."""
+    cmd = [sys.executable, __file__, "--child", variant]
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "ok": False, "seconds": time.monotonic() - t0, "error": "hung"}
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("{")]
+    if not lines:
+        return {
+            "variant": variant,
+            "ok": False,
+            "seconds": time.monotonic() - t0,
+            "error": f"exit {proc.returncode}: {proc.stderr[-300:]}",
+        }
+    return json.loads(lines[-1])
+
+
+def summary(rows: list[dict]) -> str:
+    """`retry: 10/10 started; seconds min 12.1 median 20.3 max 61.0; load 12.4-15.0`."""
+    ok = [r["seconds"] for r in rows if r["ok"]]
+    loads = [r.get("load", 0.0) for r in rows]
+    text = f"{rows[0]['variant']}: {len(ok)}/{len(rows)} started"
+    if ok:
+        text += f"; seconds min {min(ok):.1f} median {statistics.median(ok):.1f} max {max(ok):.1f}"
+    retried = sum(1 for r in rows if r.get("attempts") and len(r["attempts"]) > 1)
+    if retried:
+        text += f"; {retried} needed a second attempt"
+    return text + f"; load at start {min(loads):.1f}-{max(loads):.1f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--child", choices=VARIANTS)
+    parser.add_argument("--load", type=int, default=12, help="load average to hold")
+    parser.add_argument("--burn-s", type=float, default=3600)
+    parser.add_argument("--launches", type=int, default=10)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(child(args.child)), flush=True)
+        return
+    holder = LoadHolder(args.load, args.burn_s).start()
+    rows: list[dict] = []
+    try:
+        print(f"load {holder.wait_for_load():.1f} (target {args.load})", flush=True)
+        for i in range(args.launches):
+            for variant in args.variants:  # interleaved: each variant sees the same load
+                row = launch(variant, args.timeout_s)
+                row["burners"] = len(holder.procs)
+                rows.append(row)
+                print(f"launch {i + 1} {json.dumps(row)}", flush=True)
+    finally:
+        holder.stop()
+    for variant in args.variants:
+        print(summary([r for r in rows if r["variant"] == variant]))
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
