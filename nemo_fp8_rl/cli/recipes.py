@@ -110,6 +110,12 @@ def cmd_validate(refs: list[str]) -> int:
             failed += 1
             print(f"FAIL  {exc}")
     print(f"{len(paths) - failed} valid, {failed} invalid ({time.perf_counter() - start:.2f} s)")
+    if failed:
+        print(
+            f"error: recipes validate: {failed} of {len(paths)} recipe(s) invalid, each listed "
+            "above with its problems. Fix: fix each problem where its line says (file and key)",
+            file=sys.stderr,
+        )
     return 1 if failed else 0
 
 
