@@ -70,6 +70,7 @@ CASES: list[Case] = [
     Case("recipe-typo-train", "train", ("--recipe", "tiny/grpo-tiny-qwen3-cpu-bf1", "--dry-run"), 2, "did you mean tiny/grpo-tiny-qwen3-cpu-bf16"),
     Case("recipe-typo-stem", "recipes", ("show", "grpo-qwen3-4b-1n8g-fp9"), 2, "did you mean qwen3-4b/grpo-qwen3-4b-1n8g-fp8"),
     Case("recipe-typo-submit", "submit", ("--recipe", "tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrate", "--dry-run"), 2, "did you mean tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated"),
+    Case("recipe-typo-compare", "compare", (T, "tiny/grpo-tiny-qwen3-cpu-fp9"), 2, "did you mean the recipe tiny/grpo-tiny-qwen3-cpu-fp8"),
     Case("recipe-nothing-close", "recipes", ("show", "zzzz"), 2, "nemo_fp8_rl.recipes list` shows every recipe"),
     Case("defaults-typo-short-name", "recipes", SHOW, 2, "did you mean tiny/grpo-tiny-qwen3-cpu-bf16", _recipe("defaults: tiny/grpo-tiny-qwen3-cpu-bf61\n")),
     # ---- YAML 1.1 booleans and numbers as keys ------------------------------------------------

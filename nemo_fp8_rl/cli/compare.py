@@ -252,9 +252,13 @@ def main(argv: list[str] | None = None) -> int:
     kinds = {t: _kind(t) for t in targets}
     unknown = [t for t, k in kinds.items() if k == "unknown"]
     if unknown:
+        from nemo_fp8_rl.config.locations import closest_names
+
+        close = closest_names(unknown[0])
+        hint = f"did you mean the recipe {' or '.join(close)}? Else c" if close else "C"
         print(
             f"error: {', '.join(unknown)}: neither a run (no such directory or metrics file) nor a "
-            "recipe. Fix: check the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
+            f"recipe. Fix: {hint}heck the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
             file=sys.stderr,
         )
         return 2
