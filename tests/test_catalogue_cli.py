@@ -260,6 +260,18 @@ def test_copy_keeps_comments_and_loads_from_anywhere(tmp_path) -> None:
     assert "configs/precision/fp8-blockwise.yaml" in proc.stdout  # provenance names the parent
 
 
+def test_copy_of_a_recipe_outside_the_project_keeps_its_parents_by_absolute_path(tmp_path):
+    from nemo_fp8_rl.config.recipe_copy import copy_recipe
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "base.yaml").write_text(f"defaults: {T}\ngrpo:\n  max_num_steps: 9\n")
+    (tmp_path / "mine" / "r.yaml").write_text("defaults: ./base.yaml  # my base\nenv: {}\n")
+    (tmp_path / "other").mkdir()
+    dest = copy_recipe(str(tmp_path / "mine" / "r.yaml"), tmp_path / "other")
+    assert dest.read_text() == f"defaults:\n  - {tmp_path / 'mine' / 'base.yaml'}\nenv: {{}}\n"
+    assert load_recipe(dest).config["grpo"]["max_num_steps"] == 9
+
+
 def test_copy_never_replaces_a_file_unasked(tmp_path, capsys) -> None:
     """An existing file is left byte for byte as it was."""
     target = tmp_path / "mine.yaml"
