@@ -14,6 +14,7 @@ import argparse
 import os
 import select
 import sys
+import textwrap
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -31,13 +32,21 @@ PIPE_CLOSED = 128 + 13  # what the shell reports for a program killed by SIGPIPE
 SEEDS_SYNTAX = "a comma-separated list and/or inclusive ranges, e.g. 1-3 or 1,2,5 or 1-3,7"
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and epilogs as written; option help wrapped without breaking names at hyphens
+    (a recipe name stays on one line, so it can be copied)."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse with the project's error line (`error: <prog>: <what>. Fix: see --help`, exit 2)
     and, given `examples`, an epilog of examples and exit codes; a top-level parser (`top`) also
     gets `--version` and `--debug`. Sub-command parsers are of this class too."""
 
     def __init__(self, *args: Any, examples: list[str] | None = None, top: bool = True, **kw: Any):
-        kw.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        kw.setdefault("formatter_class", HelpFormatter)
         if examples is not None:
             kw["epilog"] = epilog(examples)
         super().__init__(*args, **kw)
