@@ -239,11 +239,12 @@ def test_relative_prompt_file_resolves_against_the_run_folder(tmp_path) -> None:
 
 def test_submit_refuses_a_recipe_that_fails_preflight(monkeypatch, capsys) -> None:
     from nemo_fp8_rl.cli.submit import preflight_gate
+    from nemo_fp8_rl.config.user_error import UsageError
 
     monkeypatch.chdir(SRC)  # the job's working folder: the NeMo RL folder
     recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8")
     _drop(recipe.config, "data.use_multiple_dataloader")
-    assert preflight_gate(recipe, skip=False) == 2
-    err = capsys.readouterr().err
-    assert "data.use_multiple_dataloader" in err and "not submitted" in err
+    with pytest.raises(UsageError, match="not submitted"):
+        preflight_gate(recipe, skip=False)
+    assert "data.use_multiple_dataloader" in capsys.readouterr().err
     assert preflight_gate(recipe, skip=True) is None

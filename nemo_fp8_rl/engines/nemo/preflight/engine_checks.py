@@ -23,13 +23,17 @@ from nemo_fp8_rl.engines.nemo.preflight.offline_hub import model_config
 def vllm_findings(
     llm_kwargs: dict[str, Any], vllm_cfg: dict[str, Any], tree: Path
 ) -> list[LocatedError]:
-    """vLLM's checks on `LLM(**llm_kwargs)`: its own where installed, else reproduced."""
-    if importlib.util.find_spec("vllm") is not None:
-        found = vllm_checks.engine_args_check(llm_kwargs)
-        return [found] if found else []
+    """vLLM's checks on `LLM(**llm_kwargs)`: its own `EngineArgs` validation where installed (plus
+    the reproduced layer checks it does not reach: they run while vLLM builds the model), else
+    all reproduced."""
     hf = model_config(llm_kwargs["model"])
     env = vllm_cfg.get("env_vars") or {}
-    return vllm_checks.engine_checks(llm_kwargs, hf, vllm_checks.pinned_vllm(tree), env)
+    version = vllm_checks.pinned_vllm(tree)
+    if importlib.util.find_spec("vllm") is None:
+        return vllm_checks.engine_checks(llm_kwargs, hf, version, env)
+    found = vllm_checks.engine_args_check(llm_kwargs)
+    layers = vllm_checks.engine_checks(llm_kwargs, hf, version, env, vllm_checks.LAYER_CHECKS)
+    return ([found] if found else []) + layers
 
 
 def megatron_findings(policy: dict[str, Any], tree: Path) -> list[LocatedError]:

