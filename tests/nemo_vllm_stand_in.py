@@ -10,9 +10,9 @@ too), so other tests see the machine as it is. Nothing NeMo RL computes is repla
 `load_weights`, `_is_fp8_weight`, `cast_tensor_to_fp8_blockwise`, `update_weights_*` and
 packing code run as shipped.
 
-`RecordingModel` is the vLLM model: a module tree shaped like vLLM's Qwen3 (fused `qkv_proj` and
-`gate_up_proj` through `packed_modules_mapping`, FP8 or BF16 per layer) whose `load_weights`
-records each call's (name, tensor) list.
+`RecordingModel` is the vLLM model: a module tree shaped like vLLM's Qwen3 or Qwen3-MoE (fused
+`qkv_proj` and `gate_up_proj` through `packed_modules_mapping`, router and fused experts, FP8 or
+BF16 per layer) whose `load_weights` records each call's (name, tensor) list.
 """
 
 from __future__ import annotations
@@ -94,11 +94,11 @@ class RecordingModel(torch.nn.Module):
         "gate_up_proj": ["gate_proj", "up_proj"],
     }
 
-    def __init__(self, fp8_layers: list[bool]) -> None:
+    def __init__(self, fp8_layers: list[bool], moe: bool = False) -> None:
         super().__init__()
         self.model = torch.nn.Module()
         self.model.layers = torch.nn.ModuleList(
-            self._layer(FP8 if fp8 else torch.bfloat16) for fp8 in fp8_layers
+            self._layer(FP8 if fp8 else torch.bfloat16, moe) for fp8 in fp8_layers
         )
         self.model.embed_tokens = torch.nn.Embedding(4, 4)
         self.model.norm = torch.nn.LayerNorm(4)
@@ -106,14 +106,18 @@ class RecordingModel(torch.nn.Module):
         self.calls: list[list[tuple[str, torch.Tensor]]] = []
 
     @staticmethod
-    def _layer(dtype: torch.dtype) -> torch.nn.Module:
+    def _layer(dtype: torch.dtype, moe: bool) -> torch.nn.Module:
         layer = torch.nn.Module()
         layer.self_attn = torch.nn.Module()
         layer.self_attn.qkv_proj = StandInLinearBase(dtype)
         layer.self_attn.o_proj = StandInLinearBase(dtype)
         layer.mlp = torch.nn.Module()
-        layer.mlp.gate_up_proj = StandInLinearBase(dtype)
-        layer.mlp.down_proj = StandInLinearBase(dtype)
+        if moe:  # Qwen3-MoE: router (a linear layer built with the quant config) and experts
+            layer.mlp.gate = StandInLinearBase(dtype)
+            layer.mlp.experts = StandInRoutedExperts(dtype)
+        else:
+            layer.mlp.gate_up_proj = StandInLinearBase(dtype)
+            layer.mlp.down_proj = StandInLinearBase(dtype)
         layer.input_layernorm = torch.nn.LayerNorm(4)
         return layer
 

@@ -94,23 +94,25 @@ def fresh_fp8_state(nemo: Any) -> None:
     nemo.fp8.fp8_state = nemo.fp8.FP8State()
 
 
-def trainer_plan(export: list[tuple[str, torch.Tensor]], pow2: bool = False) -> tuple[Any, dict]:
-    """The worker's metadata step: the layout, and `{name: (shape, dtype)}` as planned."""
-    from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, shape_only
-    from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Rules
+def trainer_plan(
+    export: list[tuple[str, torch.Tensor]], pow2: bool = False, cfg: dict = VLLM_CFG
+) -> tuple[Any, dict]:
+    """The worker's metadata step (as `QuantizeOnTrainer.prepare_refit_info` runs it): the
+    layout, and `{name: (shape, dtype)}` as planned."""
+    from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
 
-    cfg = {**VLLM_CFG, "pow2_weight_scaling_factors": pow2}
-    layout, entries = plan_layout(export, NemoFp8Rules.from_vllm_cfg(cfg, LAYERS))
+    worker_cfg = {"generation": {"vllm_cfg": {**cfg, "pow2_weight_scaling_factors": pow2}}}
+    layout, entries = plan_layout(export, rules_for_worker(worker_cfg, LAYERS))
     return layout, {n: (t.shape, t.dtype) for n, t in shape_only(entries)}
 
 
 def trainer_stream(
-    export: list[tuple[str, torch.Tensor]], pow2: bool = False
+    export: list[tuple[str, torch.Tensor]], pow2: bool = False, cfg: dict = VLLM_CFG
 ) -> list[tuple[str, torch.Tensor]]:
     """The worker's refit stream: the export with the FP8 weights quantized."""
     from nemo_fp8_rl.engines.nemo.trainer_refit import quantized_stream
 
-    return list(quantized_stream(export, trainer_plan(export, pow2)[0]))
+    return list(quantized_stream(export, trainer_plan(export, pow2, cfg)[0]))
 
 
 def metadata(stream: list[tuple[str, torch.Tensor]]) -> dict:
@@ -126,9 +128,11 @@ def extension(nemo: Any, model: Any) -> Any:
     return ext
 
 
-def generator_calls(nemo: Any, export: list[tuple[str, torch.Tensor]]) -> list[list]:
+def generator_calls(
+    nemo: Any, export: list[tuple[str, torch.Tensor]], moe: bool = False
+) -> list[list]:
     """NeMo RL's own path: its `fp8.load_weights` quantizes the BF16 policy weights."""
-    model = nemo.stand_in.RecordingModel(FP8_LAYERS)
+    model = nemo.stand_in.RecordingModel(FP8_LAYERS, moe)
     runner = nemo.stand_in.StandInModelRunner(model)
     policy = [(n, t) for n, t in export if not n.startswith("draft.")]
     nemo.fp8.load_weights(policy, runner)
@@ -163,6 +167,47 @@ def test_load_weights_receives_the_same_pairs_both_ways(nemo: Any, pow2: bool) -
     fp8_names = [n for n, t in model.calls[0] if t.dtype == torch.float8_e4m3fn]
     assert len(fp8_names) == 7 * 2  # layers 1 and 2 (layer 0 stays BF16)
     assert nemo.fp8.load_weights.__module__ == nemo.fp8.__name__  # restored after the call
+
+
+def moe_export(seed: int = 2) -> list[tuple[str, torch.Tensor]]:
+    """A Qwen3-MoE export as 7ea279a's Megatron worker streams it: router and grouped expert
+    slabs `mlp.experts.gate_up_proj` [E, 2I, H] / `mlp.experts.down_proj` [E, H, I]."""
+    g = torch.Generator().manual_seed(seed)
+    experts, inter, hidden = 2, 128, 256
+
+    def w(*shape: int) -> torch.Tensor:
+        return (torch.randn(*shape, generator=g) * 0.05).to(torch.bfloat16)
+
+    out = []
+    for i in range(LAYERS):
+        p = f"model.layers.{i}"
+        out += [
+            (f"{p}.self_attn.q_proj.weight", w(HEADS * HEAD_DIM, hidden)),
+            (f"{p}.mlp.gate.weight", w(experts, hidden)),
+            (f"{p}.mlp.experts.gate_up_proj", w(experts, 2 * inter, hidden)),
+            (f"{p}.mlp.experts.down_proj", w(experts, hidden, inter)),
+        ]
+    return out
+
+
+def test_grouped_moe_experts_reach_load_weights_the_same_both_ways(nemo: Any) -> None:
+    """7ea279a expands FP8 experts' grouped slabs per expert on the vLLM side, v0.7.0 passes them
+    on in BF16; the trainer side does what the NeMo RL in use does, and the lists agree."""
+    export = moe_export()
+    generator = generator_calls(nemo, export, moe=True)
+    model = nemo.stand_in.RecordingModel(FP8_LAYERS, moe=True)
+    ext = extension(nemo, model)
+    stream = trainer_stream(export)
+    assert trainer_plan(export)[1] == metadata(stream)
+    nemo.fp8.fp8_state = nemo.fp8.FP8State()
+    ext.prepare_refit_info(metadata(stream))
+    ext._load_weights(list(stream))
+    same(model.calls[0], generator[0])
+    expanded = hasattr(nemo.fp8, "_expand_grouped_moe_expert_to_fp8")
+    names = [n for n, _ in model.calls[0]]
+    assert ("model.layers.1.mlp.experts.1.up_proj.weight_scale_inv" in names) == expanded
+    assert ("model.layers.1.mlp.experts.gate_up_proj" in names) == (not expanded)
+    assert "model.layers.0.mlp.experts.gate_up_proj" in names  # layer 0 is BF16: never expanded
 
 
 def payload_variants(stream: list[tuple[str, torch.Tensor]]) -> dict[str, list]:
