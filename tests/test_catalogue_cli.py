@@ -211,6 +211,13 @@ def test_train_and_submit_take_the_same_seed_syntax(capsys) -> None:
         assert f"seeds as {SEEDS_SYNTAX}" in text, command
 
 
+def test_unknown_recipe_names_a_few_close_names_not_all(capsys) -> None:
+    assert invoke(train.main, ["--recipe", "qwen3-8b-base/grpo-qwen3-8b-bse-1n8g-fp8"]) == 2
+    err = capsys.readouterr().err
+    named = [short_name(p) for p in find_recipes() if short_name(p) in err]
+    assert "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8" in named and len(named) <= 3, err
+
+
 # ---- recipes the torchtune way -----------------------------------------------------------------
 
 
