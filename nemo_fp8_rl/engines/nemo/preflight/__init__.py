@@ -6,14 +6,18 @@
 It runs what `nemo_fp8_rl.train` runs on a cluster: the engine's own `runner._prepare_nemo`
 (hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
 `runner._train` (NeMo RL's `grpo.setup()` with the project's policy factory, loss and metrics
-tee), with only the Ray- and GPU-backed objects replaced by recorders (`recorders`), the Hub
-replaced by a local cache holding the model's real `config.json` (`offline_hub`). Then the vLLM
-worker's config path runs on the generation config `setup()` produced, up to `vllm.LLM(...)`,
-and the Megatron worker's config module is imported where it can be (`worker_rehearsal`).
+tee, and NeMo RL's real `Policy` and `VllmGeneration` constructors), with only the Ray- and
+GPU-backed objects replaced by recorders (`stand_ins.DRIVER`), the Hub replaced by a local cache
+holding the model's real `config.json` (`offline_hub`). Then the vLLM worker's config path runs
+on the generation config the real `VllmGeneration` holds, through NeMo RL's `init_fp8` up to
+`vllm.LLM(...)`, and the Megatron worker's config module is imported where it can be
+(`worker_rehearsal`); vLLM's and megatron-core's own configuration checks run on what was built
+(`engine_checks`).
 
 Every problem is a `LocatedError` from the real traceback. A missing key is recorded, filled
 with NeMo RL's exemplar value (`exemplars`) and the rehearsal re-run, so one preflight reports
-every missing key at once; any other error ends the rehearsal (nothing after it could run).
+every missing key at once; any other error ends the rehearsal (nothing after it could run); the
+engine checks' findings are all reported.
 """
 
 from __future__ import annotations
