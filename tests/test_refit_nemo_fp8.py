@@ -247,6 +247,10 @@ def test_refusals() -> None:
         {"precision": "fp8", "pow2_weight_scaling_factors": True, "num_last_layers_in_bf16": 2}, 36
     )
     assert rules == NemoFp8Rules(num_layers=36, pow2=True, last_bf16=2)
+    with pytest.raises(UserError, match="num_last_layers_in_bf16.*nested list"):
+        NemoFp8Rules.from_vllm_cfg(
+            {"precision": "fp8", "num_last_layers_in_bf16": 2}, 36, bf16_layer_ranges_apply=False
+        )
 
 
 def test_quantize_named_pairs_pass_through_and_planned_metadata() -> None:

@@ -29,6 +29,9 @@ Which weights are FP8 (NeMo RL's `_is_fp8_weight` on the model vLLM builds with 
   (`_expand_grouped_moe_expert_to_fp8`: gate = rows [:I], up = rows [I:] of gate_up; names
   `<base>.<e>.<gate_proj|up_proj|down_proj>.weight`; shard-major order, weight then scale);
   v0.7.0 passes them on as BF16 (`expand_grouped_experts=False`).
+
+`use_deep_gemm` only sets vLLM's environment (`VLLM_USE_DEEP_GEMM=1`, `VLLM_USE_DEEP_GEMM_E8M0=0`)
+for what vLLM does after loading; the tensors handed to `model.load_weights` are the same.
 """
 
 from __future__ import annotations
@@ -78,9 +81,31 @@ class NemoFp8Rules:
 
     @classmethod
     def from_vllm_cfg(
-        cls, vllm_cfg: Mapping[str, Any], num_layers: int, *, expand_grouped_experts: bool = True
+        cls,
+        vllm_cfg: Mapping[str, Any],
+        num_layers: int,
+        *,
+        expand_grouped_experts: bool = True,
+        bf16_layer_ranges_apply: bool = True,
     ) -> NemoFp8Rules:
-        """Rules from `policy.generation.vllm_cfg`; refuses a BF16 rollout and MXFP8."""
+        """Rules from `policy.generation.vllm_cfg`; refuses a BF16 rollout and MXFP8.
+
+        For NeMo RL v0.7.0 pass `expand_grouped_experts=False` and
+        `bf16_layer_ranges_apply=False`: its `init_fp8` appends each BF16 layer range to
+        `ignored_layers` as a nested list (`bf16_params.append(...)`, `extend` from 7ea279a on),
+        which vLLM's exact-name match never finds, so what vLLM then holds is not what the keys
+        say; a non-zero `num_first/last_layers_in_bf16` is refused there.
+        """
+        for key in ("num_first_layers_in_bf16", "num_last_layers_in_bf16"):
+            if vllm_cfg.get(key) and not bf16_layer_ranges_apply:
+                raise UserError(
+                    f"{VLLM_CFG}.{key}",
+                    "this NeMo RL (v0.7.0) passes BF16 layer ranges to vLLM as a nested list "
+                    "that vLLM never matches, so which layers it holds in FP8 is not decided "
+                    "by this key",
+                    f"set {VLLM_CFG}.{key}: 0, or refit.quantize_on: generator",
+                    USAGE,
+                )
         if vllm_cfg.get("precision") != "fp8":
             raise UserError(
                 f"{VLLM_CFG}.precision",
