@@ -181,16 +181,18 @@ def test_table_over_seeds(tmp_path):
     assert headers[-2:] == ["average", "vs BF16"]
     by = {(r[0], r[2]): r for r in rows}
     mean = 100 * np.mean(arms["fp8"])
-    ci = stats.bootstrap_mean(arms["fp8"])
+    ci = stats.mean_interval(arms["fp8"])
     lo, hi = ci.low, ci.high
-    assert by[("r-fp8", "last")][5] == f"{mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}]"
+    assert by[("r-fp8", "last")][5] == f"{mean:.1f} [{100 * lo:.1f}, {100 * hi:.1f}] (n={ci.n})"
     assert 100 * lo <= mean <= 100 * hi
     delta = 100 * (np.mean(arms["fp8"]) - np.mean(arms["bf16"]))
     assert by[("r-fp8", "last")][-1].startswith(f"{delta:+.1f} [")
     # the same seeds ran in both arms: the difference is paired by seed
     d = {s: arms["fp8"][i] - arms["bf16"][i] for i, s in enumerate(range(len(arms["fp8"])))}
-    paired = stats.bootstrap_mean(list(d.values())).scaled(100)
-    assert by[("r-fp8", "last")][-1] == f"{delta:+.1f} [{paired.low:+.1f}, {paired.high:+.1f}]"
+    paired = stats.mean_interval(list(d.values())).scaled(100)
+    assert by[("r-fp8", "last")][-1] == (
+        f"{delta:+.1f} [{paired.low:+.1f}, {paired.high:+.1f}] (n={paired.n}, paired)"
+    )
     assert by[("r-bf16", "best")][3] == "3"
     md = table.markdown([t])
     assert "missing amc23: not in NeMo RL" in md and "One seed per run" not in md
@@ -199,5 +201,7 @@ def test_table_over_seeds(tmp_path):
 def test_one_seed_cells_have_no_interval():
     assert table._cell([0.5]) == "50.0"
     lo_hi = table._cell([0.2, 0.4, 0.6, 0.8])
-    lo, hi = (float(x) for x in lo_hi.split("[")[1].rstrip("]").split(","))
-    assert 20 <= lo < 50 < hi <= 80
+    lo, hi = (float(x) for x in lo_hi.split("[")[1].split("]")[0].split(","))
+    assert lo < 50 < hi and lo_hi.endswith("(n=4)")  # t: wider than the values' range
+    half = 100 * stats.t_quantile(0.95, 3) * np.std([0.2, 0.4, 0.6, 0.8], ddof=1) / 2
+    assert (lo, hi) == pytest.approx((50 - half, 50 + half), abs=0.06)

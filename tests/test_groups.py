@@ -84,10 +84,10 @@ def test_paired_constant_gap_is_a_zero_width_interval_and_says_lower(grouped):
     )
     (verdict,) = comparison.verdicts
     assert verdict.startswith("fp8 (FP8, 3 seeds 1, 2, 3): 5.0 points lower than BF16 [-5.0, -5.0]")
-    assert "95 % bootstrap interval over 3 seeds, paired by seed" in verdict
-    ratio = comparison.ratios["fp8"]["clip_low_neg"]
-    assert (ratio.estimate, ratio.low, ratio.high) == pytest.approx((2.0, 2.0, 2.0))
-    assert "lower-bound clipping of A<0 tokens 2.00x [2.00, 2.00] BF16's" in verdict
+    assert "95 % Student-t interval over n = 3 seeds, paired by seed" in verdict
+    ratio = comparison.ratios["fp8"]["clip_low_neg"]  # Fieller: BF16's mean 0.01 ± wide
+    assert ratio.estimate == pytest.approx(2.0) and ratio.method == "Fieller, paired"
+    assert "lower-bound clipping of A<0 tokens 2.00x [" in verdict and "(n=3) BF16's" in verdict
     bf16 = comparison.summaries[0].stats["val_acc_final"]
     assert bf16.estimate == pytest.approx(0.6) and bf16.low < 0.6 < bf16.high
 
@@ -97,7 +97,8 @@ def test_gap_inside_seed_noise_is_within_noise(tmp_path):
         write_seed_run(tmp_path, "bf16", seed, fp8=False, acc=a, clip=0.01)
         write_seed_run(tmp_path, "fp8", seed, fp8=True, acc=b, clip=0.01)
     (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
-    assert "within noise of BF16: +0.3 points [-3.0, +3.0]" in verdict
+    # differences +3, -3, +1: mean 0.33, s = 3.06, t(2) = 4.30 -> ±7.6
+    assert "within noise of BF16: +0.3 points [-7.3, +7.9]" in verdict
 
 
 def test_one_seed_each_says_it_rests_on_one_run(tmp_path, capsys):
@@ -122,7 +123,7 @@ def test_table_rows_show_mean_interval_and_paired_difference(grouped):
     headers, rows = table_rows(compare_groups(_runs(grouped, "bf16", "fp8")))
     assert headers == ["metric", "bf16 (bf16, n=3)", "fp8 (fp8, n=3)", "fp8 - bf16"]
     row = next(r for r in rows if r[0] == "val acc final")
-    assert row[1].startswith("0.600 [") and row[3] == "-0.050 [-0.050, -0.050] (paired)"
+    assert row[1].startswith("0.600 [") and row[3] == "-0.050 [-0.050, -0.050] (n=3) (paired)"
     assert next(r for r in rows if r[0] == "seeds")[1:3] == ["1, 2, 3", "1, 2, 3"]
 
 
@@ -174,7 +175,7 @@ def test_entropy_quartile_split_row_and_plot(tmp_path):
     comparison = compare_groups(_runs(tmp_path, "bf16", "fp8"))
     _, rows = table_rows(comparison)
     row = next(r for r in rows if r[0] == "over-clip share, entropy Q4")
-    assert row[1:3] == ["-", "0.800 [0.800, 0.800]"]
+    assert row[1:3] == ["-", "0.800 [0.800, 0.800] (n=2)"]
     assert not any(r[0].startswith("lower-clip share") for r in rows)  # not logged: no row
     from nemo_fp8_rl.analysis.report_groups import draw_overclip_plot
 
@@ -188,8 +189,9 @@ def test_two_seeds_verdict_warns_the_interval_is_their_range(tmp_path):
         write_seed_run(tmp_path, "bf16", seed, fp8=False, acc=a, clip=0.01)
         write_seed_run(tmp_path, "fp8", seed, fp8=True, acc=b, clip=0.01)
     (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
-    assert "7.5 points lower than BF16 [-10.0, -5.0]" in verdict  # differences -10 and -5
-    assert "over 2 seeds the interval is just their range" in verdict
+    # differences -10 and -5: mean -7.5, s = 3.54, t(1) = 12.71 -> ±31.8: within noise
+    assert "within noise of BF16: -7.5 points [-39.3, +24.3]" in verdict
+    assert "over 2 seeds the t factor is 12.7" in verdict
 
 
 def test_entropy_shares_are_pooled_over_steps_by_token_count(tmp_path):
@@ -225,5 +227,5 @@ def test_cells_say_how_many_seeds_had_a_value(tmp_path):
             tmp_path, "fp8", seed, fp8=True, acc=0.5, clip=0.01, extra=split if seed == 1 else None
         )
     _, rows = table_rows(compare_groups(_runs(tmp_path, "bf16", "fp8")))
-    assert next(r for r in rows if r[0] == "over-clip share, entropy Q4")[2] == "0.500 n=1"
-    assert next(r for r in rows if r[0] == "over-clipped A<0 tokens (sum)")[2] == "40 n=1"
+    assert next(r for r in rows if r[0] == "over-clip share, entropy Q4")[2] == "0.500 (n=1)"
+    assert next(r for r in rows if r[0] == "over-clipped A<0 tokens (sum)")[2] == "40 (n=1)"

@@ -1,4 +1,5 @@
-"""Bootstrap intervals over seeds against cases whose answer is known without the code."""
+"""Intervals over seeds against cases whose answer is known without the code (Student-t,
+Welch, Fieller; the secondary percentile bootstrap). Coverage: `test_stats_coverage.py`."""
 
 from __future__ import annotations
 
@@ -64,18 +65,40 @@ def test_paired_constant_difference_is_exact_unpaired_is_not():
 def test_one_value_has_no_interval():
     iv = stats.bootstrap_mean([0.7, float("nan")])
     assert iv.estimate == 0.7 and iv.n == 1 and not iv.has_interval and not iv.contains(0.7)
-    assert stats.format_interval(iv) == "0.700"
+    assert stats.format_interval(iv) == "0.700 (n=1)"
     diff, paired = stats.difference({1: 0.5}, {1: 0.4})
     assert diff.estimate == pytest.approx(-0.1) and not diff.has_interval and not paired
     assert stats.format_interval(stats.bootstrap_mean([])) == "-"
 
 
 def test_ratio_paired_constant_and_zero_reference():
-    a = {1: 0.02, 2: 0.04, 3: 0.06}
+    a = {1: 1.0, 2: 1.1, 3: 0.9}
     b = {s: 2.5 * v for s, v in a.items()}
     iv = stats.ratio(a, b)
     assert (iv.estimate, iv.low, iv.high) == pytest.approx((2.5, 2.5, 2.5))
+    assert iv.method == "Fieller, paired" and iv.n == 3
     assert np.isnan(stats.ratio({1: 0.0, 2: 0.0}, {1: 1.0, 2: 1.0}).estimate)
+    # a denominator whose mean is not clearly above 0 (t-interval of it holds 0): unbounded
+    shaky = stats.ratio({1: 0.0005, 2: 0.0005, 3: 0.002}, {1: 0.013, 2: 0.019, 3: 0.017})
+    assert (shaky.low, shaky.high) == (-np.inf, np.inf)
+    assert stats.format_interval(shaky, "{:.1f}") == "16.3 [−∞, ∞] (n=3)"
+
+
+def test_t_quantiles_and_the_mean_interval_by_hand():
+    for df, table in ((1, 12.7062), (2, 4.3027), (4, 2.7764), (9, 2.2622), (29, 2.0452)):
+        assert stats.t_quantile(0.95, df) == pytest.approx(table, abs=1e-4)
+    iv = stats.mean_interval([1.0, 2.0, 3.0])  # mean 2, s = 1: 2 ± 4.3027/√3
+    assert (iv.estimate, iv.n, iv.method) == (2.0, 3, "t")
+    half = 4.302652729749464 / 3**0.5
+    assert (iv.low, iv.high) == pytest.approx((2 - half, 2 + half))
+    assert stats.format_interval(iv) == "2.000 [-0.484, 4.484] (n=3)"
+
+
+def test_log_ratio_is_the_geometric_mean_of_per_seed_quotients():
+    a, b = {1: 0.001, 2: 0.002, 3: 0.004}, {1: 0.01, 2: 0.04, 3: 0.04}
+    iv = stats.log_ratio(a, b)
+    assert iv.estimate == pytest.approx((10 * 20 * 10) ** (1 / 3)) and iv.n == 3
+    assert iv.low < iv.estimate < iv.high
 
 
 def test_band_per_step():
@@ -83,7 +106,8 @@ def test_band_per_step():
     mean, low, high = stats.band(table)
     assert mean == pytest.approx([1.0, 4.0, 5.0])
     assert (low[0], high[0]) == (1.0, 1.0)  # all seeds equal: zero width
-    assert low[1] < 4.0 < high[1] and low[1] >= 2.0 and high[1] <= 6.0
+    half = stats.t_quantile(0.95, 2) * 2.0 / 3**0.5  # values 2, 4, 6: s = 2, n = 3
+    assert (low[1], high[1]) == pytest.approx((4.0 - half, 4.0 + half))
     assert np.isnan(low[2]) and np.isnan(high[2])  # one seed at that step: no interval
 
 

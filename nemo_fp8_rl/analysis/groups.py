@@ -85,7 +85,7 @@ SHARE_COUNTS = {
     "train/clip_lower_share_entropy_q": "train/clip_lower_neg_tokens",
 }
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
-FEW_SEEDS = "over 2 seeds the interval is just their range, too narrow to trust: run 3 or more"
+FEW_SEEDS = "over 2 seeds the t factor is 12.7, so the interval says little: run 3 or more"
 ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
 
 
@@ -185,15 +185,15 @@ def group_runs(runs: Sequence[RunData]) -> list[RunGroup]:
     return list(groups.values())
 
 
-def summarize_group(group: RunGroup, resamples: int = stats.RESAMPLES) -> GroupSummary:
-    """Every `GROUP_COLUMNS` metric per seed, and its mean with a bootstrap interval."""
+def summarize_group(group: RunGroup) -> GroupSummary:
+    """Every `GROUP_COLUMNS` metric per seed, and its mean with a Student-t interval."""
     run_summaries = [summarize_run(r) for r in group.runs]
     per_seed: dict[str, dict[int, float]] = {}
     intervals: dict[str, stats.Interval] = {}
     for column in GROUP_COLUMNS:
         values = [run_value(run, column) for run in group.runs]
         per_seed[column.key] = group.keyed(values)
-        intervals[column.key] = stats.bootstrap_mean(values, resamples)
+        intervals[column.key] = stats.mean_interval(values)
     precisions = {s.precision for s in run_summaries}
     return GroupSummary(
         group.name,
@@ -250,14 +250,14 @@ def accuracy_values(runs: Sequence[RunData]) -> tuple[list[float], str, int | No
     return values, "last validation accuracy of each run (no step common to all)", None
 
 
-def group_gap(reference: RunGroup, group: RunGroup, resamples: int = stats.RESAMPLES) -> Gap | None:
+def group_gap(reference: RunGroup, group: RunGroup) -> Gap | None:
     """Accuracy of `group` minus `reference`, in points, paired by seed where possible."""
     values, label, step = accuracy_values([*reference.runs, *group.runs])
     ref_values, values = values[: len(reference.runs)], values[len(reference.runs) :]
     a, b = reference.keyed(ref_values), group.keyed(values)
     if not np.isfinite(ref_values).any() or not np.isfinite(values).any():
         return None
-    interval, paired = stats.difference(a, b, resamples)
+    interval, paired = stats.difference(a, b)
     return Gap(interval, paired, label, step)
 
 
@@ -288,7 +288,7 @@ def group_verdict(
         else:
             side = "higher" if iv.estimate > 0 else "lower"
             accuracy = f"{abs(iv.estimate):.1f} points {side} than {who} {bounds}"
-        accuracy += f" ({where}, 95 % bootstrap interval over {iv.n} seeds, {how})"
+        accuracy += f" ({where}, 95 % Student-t interval over n = {iv.n} seeds, {how})"
         if iv.n < 3:
             accuracy += f"; {FEW_SEEDS}"
     else:
@@ -300,9 +300,7 @@ def group_verdict(
         accuracy += f" ({where}); this {ONE_RUN}"
     parts = [accuracy]
     if clip_ratio is not None and np.isfinite(clip_ratio.estimate):
-        text = f"{clip_ratio.estimate:.2f}x"
-        if clip_ratio.has_interval:
-            text += f" [{clip_ratio.low:.2f}, {clip_ratio.high:.2f}]"
+        text = stats.format_interval(clip_ratio, "{:.2f}x")  # Fieller; ∞ when unbounded
         parts.append(f"lower-bound clipping of A<0 tokens {text} {who}'s")
     parts.append(f"entropy surge in {summary.surges} of {len(summary.seeds)} run(s)")
     return f"{head}: " + "; ".join(parts)
@@ -317,7 +315,6 @@ def _seeds_text(seeds: Sequence[int | None]) -> str:
 def compare_groups(
     runs: Sequence[RunData],
     tolerance_points: float = DEFAULT_TOLERANCE_POINTS,
-    resamples: int = stats.RESAMPLES,
 ) -> GroupComparison:
     """Group `runs` by recipe and compare every group with the reference group.
 
@@ -330,7 +327,7 @@ def compare_groups(
             f"compare needs runs of two or more recipes; all {len(runs)} run(s) are of "
             f"{groups[0].name if groups else 'nothing'}"
         )
-    summaries = [summarize_group(g, resamples) for g in groups]
+    summaries = [summarize_group(g) for g in groups]
     ref = _reference_index(summaries)
     differences: dict[str, dict[str, tuple[stats.Interval, bool]]] = {}
     ratios: dict[str, dict[str, stats.Interval]] = {}
@@ -340,16 +337,13 @@ def compare_groups(
         if i == ref:
             continue
         differences[group.name] = {
-            c.key: stats.difference(
-                summaries[ref].per_seed[c.key], summary.per_seed[c.key], resamples
-            )
+            c.key: stats.difference(summaries[ref].per_seed[c.key], summary.per_seed[c.key])
             for c in GROUP_COLUMNS
         }
         ratios[group.name] = {
-            k: stats.ratio(summaries[ref].per_seed[k], summary.per_seed[k], resamples)
-            for k in RATIO_KEYS
+            k: stats.ratio(summaries[ref].per_seed[k], summary.per_seed[k]) for k in RATIO_KEYS
         }
-        gaps[group.name] = group_gap(groups[ref], group, resamples)
+        gaps[group.name] = group_gap(groups[ref], group)
         verdicts.append(
             group_verdict(
                 summaries[ref],

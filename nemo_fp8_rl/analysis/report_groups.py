@@ -1,7 +1,7 @@
 """Render a `GroupComparison` (recipes over seeds): terminal table, `report.md`, `report.html`,
 and PNG plots with one band per recipe.
 
-Table cells read `mean [low, high]` (95 % percentile-bootstrap interval over seeds,
+Table cells read `mean [low, high] (n=k)` (95 % Student-t interval over k seeds,
 `nemo_fp8_rl.analysis.stats`); a difference column per compared recipe gives `mean(b) - mean(a)`, paired
 by seed where the same seeds ran. Plots: per step, each recipe's mean over seeds (line) and its
 95 % interval (band); noisy per-step training series are smoothed per seed first with an EMA
@@ -70,13 +70,13 @@ def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]
     headers += [f"{s.name} - {ref.name}" for s in others]
     rows = [["seeds", *(_seed_list(s.seeds) for s in comparison.summaries), *("" for _ in others)]]
     for column in GROUP_COLUMNS:
-        cells = [_cell(s.stats[column.key], column.fmt, len(s.seeds)) for s in comparison.summaries]
+        cells = [_cell(s.stats[column.key], column.fmt) for s in comparison.summaries]
         if all(c == "-" for c in cells):
             continue
         diffs = []
         for s in others:
             interval, paired = comparison.differences[s.name][column.key]
-            text = _cell(interval, column.fmt, min(len(s.seeds), len(ref.seeds)))
+            text = _cell(interval, column.fmt)
             diffs.append(text + (" (paired)" if paired and text != "-" else ""))
         rows.append([column.header, *cells, *diffs])
     rows.append(
@@ -86,10 +86,9 @@ def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]
     return headers, rows
 
 
-def _cell(interval: stats.Interval, template: str, seeds: int) -> str:
-    """`mean [low, high]`, with `n=k` when only k of the group's seeds had a value."""
-    text = stats.format_interval(interval, template)
-    return text + (f" n={interval.n}" if text != "-" and 0 < interval.n < seeds else "")
+def _cell(interval: stats.Interval, template: str) -> str:
+    """`mean [low, high] (n=k)`: k seeds had a value."""
+    return stats.format_interval(interval, template)
 
 
 def seed_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]:
@@ -237,9 +236,10 @@ def _notes(comparison: GroupComparison) -> list[str]:
 
 
 INTRO = (
-    "Cells: mean over seeds [95 % percentile-bootstrap interval, 10 000 resamples]; differences "
-    "are paired by seed where the same seeds ran. Plots: mean over seeds with its 95 % band. "
-    "The interval is no wider than the seeds' range and too narrow for fewer than about 5 seeds."
+    "Cells: mean over seeds [95 % Student-t interval] (n = seeds with a value); differences "
+    "are paired by seed where the same seeds ran (t-interval of the per-seed differences), "
+    "quotients use Fieller's interval (∞ when the denominator is not clearly above 0). Plots: "
+    "mean over seeds with its 95 % t band. With 3 seeds the t factor is 4.3: intervals are wide."
 )
 
 

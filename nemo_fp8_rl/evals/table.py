@@ -1,11 +1,11 @@
 """Evaluation tables for `compare`: per benchmark and average, BF16 vs each FP8 arm, last and best.
 
 Runs of the same recipe (different `grpo.seed`) are one *arm*; its value on a benchmark is the
-mean over its seeds, and with two or more seeds the table shows a 95 % interval over seeds:
-the percentile bootstrap of the seed mean (`B` resamples of the seeds with replacement, fixed
-generator). Each FP8 arm also gets its difference to the BF16 arm on the average, with the
-bootstrap interval of the difference of the two seed means where both have several seeds. With
-one seed per arm the table says so: a single run is no evidence of a difference.
+mean over its seeds, and with two or more seeds the table shows a 95 % Student-t interval over
+seeds with n beside it (`nemo_fp8_rl.analysis.stats`). Each FP8 arm also gets its difference to
+the BF16 arm on the average: the t-interval of the per-seed differences where the same seeds
+ran, Welch's interval otherwise. With one seed per arm the table says so: a single run is no
+evidence of a difference.
 
 Columns come in pairs, last checkpoint and best-by-validation. The best checkpoint is the
 maximum of noisy validation scores, so its numbers are biased upward (see
@@ -89,10 +89,10 @@ def collect(run_dirs: Sequence[Path]) -> list[EvalTable]:
 def _cell(values: list[float]) -> str:
     if not values:
         return "—"
-    ci = stats.bootstrap_mean(values).scaled(100)
+    ci = stats.mean_interval(values).scaled(100)
     if not ci.has_interval:
         return f"{ci.estimate:.1f}"
-    return f"{ci.estimate:.1f} [{ci.low:.1f}, {ci.high:.1f}]"
+    return f"{ci.estimate:.1f} [{ci.low:.1f}, {ci.high:.1f}] (n={ci.n})"
 
 
 def _by_seed(arm: Arm, sel: str) -> dict[int, float]:
@@ -110,7 +110,8 @@ def _delta(ref: Arm, arm: Arm, sel: str) -> str:
     ci = ci.scaled(100)
     if not ci.has_interval:
         return f"{ci.estimate:+.1f}"
-    return f"{ci.estimate:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}]" + ("" if paired else " unpaired")
+    how = "paired" if paired else "unpaired"
+    return f"{ci.estimate:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}] (n={ci.n}, {how})"
 
 
 def rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
@@ -134,7 +135,9 @@ def rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
 
 def notes(table: EvalTable) -> list[str]:
     """What the table does and does not show."""
-    out = ["Scores are avg@n in points (x100); [lo, hi] = 95 % bootstrap interval over seeds."]
+    out = [
+        "Scores are avg@n in points (x100); [lo, hi] (n=k) = 95 % Student-t interval over k seeds."
+    ]
     if all(max((len(v) for v in a.seeds.values()), default=0) < 2 for a in table.arms):
         out.append(
             "One seed per run: no interval; a difference between single runs is not evidence."
