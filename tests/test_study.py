@@ -5,41 +5,37 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 
 from nemo_fp8_rl.study import analysis, report
 from nemo_fp8_rl.study.grid import RunSpec, finished
 
 
-def test_bootstrap_of_identical_values_is_a_point_and_one_seed_has_no_interval():
-    iv = analysis.bootstrap_mean([0.4, 0.4, 0.4])
-    assert iv.n == 3 and iv.mean == iv.low == iv.high == pytest.approx(0.4)
-    one = analysis.bootstrap_mean([0.7])
-    assert one.n == 1 and math.isnan(one.low) and "1 seed" in one.fmt()
-    assert analysis.bootstrap_mean([math.nan]).n == 0
+def test_t_interval_of_identical_values_is_a_point_and_one_seed_has_no_interval():
+    iv = analysis.mean_interval([0.4, 0.4, 0.4])
+    assert iv.n == 3 and (iv.mean, iv.low, iv.high) == pytest.approx((0.4, 0.4, 0.4))
+    assert iv.fmt() == "0.400 [0.400, 0.400] (n=3)"
+    one = analysis.mean_interval([0.7])
+    assert one.n == 1 and math.isnan(one.low) and one.fmt() == "0.700 (n=1)"
+    assert analysis.mean_interval([math.nan]).n == 0
 
 
-def test_bootstrap_interval_of_two_values_matches_the_exact_resampling_distribution():
-    # resample means of (0, 1): 0 w.p. 1/4, 0.5 w.p. 1/2, 1 w.p. 1/4 -> 2.5 % and 97.5 % points
-    iv = analysis.bootstrap_mean([0.0, 1.0])
-    assert iv.mean == 0.5 and iv.low == 0.0 and iv.high == 1.0
-    # three seeds: bounds are resample means, inside [min, max], around the mean
-    iv3 = analysis.bootstrap_mean([1.0, 2.0, 6.0])
-    assert 1.0 <= iv3.low < 3.0 < iv3.high <= 6.0
-    means = {round(sum(c) / 3, 6) for c in np.array(np.meshgrid(*[[1, 2, 6]] * 3)).T.reshape(-1, 3)}
-    assert round(iv3.low, 6) in means and round(iv3.high, 6) in means
+def test_t_interval_of_three_values_by_hand():
+    # mean 3, s = √7, t(0.975, 2) = 4.3027: 3 ± 4.3027·√7/√3
+    iv = analysis.mean_interval([1.0, 2.0, 6.0])
+    half = 4.302652729749464 * math.sqrt(7.0) / math.sqrt(3.0)
+    assert (iv.low, iv.high) == pytest.approx((3.0 - half, 3.0 + half))
+    assert iv.low < 1.0 and iv.high > 6.0  # wider than the values: 3 seeds say little
 
 
 def test_paired_statistics_use_common_seeds_only():
     a, b = {1: 0.5, 2: 0.6, 3: 0.7}, {1: 0.4, 2: 0.5, 3: 0.6, 4: 0.0}
     d = analysis.paired(a, b, "diff")
     assert d.n == 3 and d.mean == pytest.approx(0.1) and d.low == pytest.approx(0.1)
-    r = analysis.paired({1: 2.0, 2: 4.0}, {1: 1.0, 2: 1.0}, "ratio")
-    assert r.mean == 3.0 and (r.low, r.high) == (2.0, 4.0)
-    # a quotient of shares is the ratio of the means (not the mean of per-seed ratios)
-    q = analysis.paired({1: 2.0, 2: 3.0}, {1: 1.0, 2: 3.0}, "ratio")
-    assert q.mean == pytest.approx(2.5 / 2.0)
+    assert d.method == "paired t"
+    # quotients of shares: geometric mean of the per-seed quotients (4 and 1 -> 2)
+    r = analysis.paired({1: 4.0, 2: 1.0}, {1: 1.0, 2: 1.0}, "ratio")
+    assert r.mean == pytest.approx(2.0) and r.n == 2 and r.low < 2.0 < r.high
 
 
 def _write_run(path, rows):
@@ -53,6 +49,7 @@ def test_summary_of_a_run(tmp_path):
         row = {"step": k, "train/entropy": 0.5, "train/clip_lower_frac_neg": 0.01 * k}
         if k % 2:
             row |= {"train/prob_nmae": 0.01, "train/ratio_nmae": 0.02 + 0.01 * (k == 5)}
+            row |= {"train/single_pass_nmae": 0.02}
             row |= {"train/fp8_nominal_lower_frac_neg": 0.04, "train/bf16_lower_frac_neg": 0.01}
         if k % 2 == 0:
             row["validation/accuracy"] = 0.4 + 0.1 * k
@@ -60,6 +57,7 @@ def test_summary_of_a_run(tmp_path):
     _write_run(tmp_path / "r", rows)
     s = analysis.summarize(tmp_path / "r")
     assert s["ratio_amplification"] == pytest.approx(0.07 / 0.03)  # pooled Σ ratio / Σ prob
+    assert s["ratio_compounding"] == pytest.approx(0.07 / 0.06)  # Σ ratio / Σ single pass
     assert s["clip_lower_frac_neg"] == pytest.approx(0.035)
     assert s["val_start"] == 0.3 and s["val_tail"] == pytest.approx((0.6 + 0.8 + 1.0) / 3)
     assert s["warmup_steps"] == 310 and s["steps"] == 6 and s["entropy_surges"] == 0
@@ -71,18 +69,24 @@ def test_targets_table_reads_the_roles(tmp_path):
     base = {"ratio_amplification": 2.0, "shadow_fp8_lower_frac_neg": 0.02,
             "shadow_bf16_lower_frac_neg": 0.01}  # fmt: skip
     table = {
-        "b": {s: {**base, "clip_lower_frac_neg": 0.01, "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
-        "u": {s: {**base, "clip_lower_frac_neg": 0.03, "val_tail": 0.7 + 0.01 * s} for s in (1, 2, 3)},
-        "c": {s: {**base, "clip_lower_frac_neg": 0.01, "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+        "b": {s: {**base, "ratio_compounding": 1.0, "clip_lower_frac_neg": 0.01,
+                  "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+        "u": {s: {**base, "ratio_compounding": 1.05 + 0.01 * s, "clip_lower_frac_neg": 0.03,
+                  "val_tail": 0.7 + 0.01 * s} for s in (1, 2, 3)},
+        "c": {s: {**base, "ratio_compounding": 1.0, "clip_lower_frac_neg": 0.01,
+                  "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
     }  # fmt: skip
-    rows = report.targets(table, roles)
-    assert rows[0]["strict"] is True  # amplification 2 >= 1.5
-    assert rows[1]["interval"].mean == pytest.approx(3.0) and rows[1]["strict"] is True
-    deficit = rows[4]
+    rows = {r["what"].split(",")[0].split(":")[0]: r for r in report.targets(table, roles)}
+    comp = rows["compounding"]
+    assert comp["interval"].mean == pytest.approx(1.07) and comp["strict"] is True
+    assert rows["same"]["point"] is False  # below √2: not independent errors
+    clip = rows["FP8-uncalibrated ÷ BF16 run"]
+    assert clip["interval"].mean == pytest.approx(3.0) and clip["strict"] is True
+    deficit, recovered = report.targets(table, roles)[6:8]
     assert deficit["interval"].mean == pytest.approx(-0.1) and deficit["strict"] is True
-    assert rows[-2]["point"] is True  # calibrated mean inside the BF16 interval
-    assert rows[-1]["point"] is False  # uncalibrated mean below it
-    assert "| ratio amplification" in report.markdown_targets(rows)
+    assert recovered["interval"].mean == pytest.approx(0.1) and recovered["strict"] is True
+    text = report.markdown_targets(report.targets(table, roles))
+    assert "| compounding: ratio error ÷ single-pass error" in text and "(n=3)" in text
 
 
 def test_a_run_is_finished_only_at_its_last_step(tmp_path):

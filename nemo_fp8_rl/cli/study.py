@@ -1,60 +1,109 @@
-"""`python -m nemo_fp8_rl.study [--seeds 1 2 3] [--jobs 2] [--out runs/study] [--report docs/study]`.
+"""`python -m nemo_fp8_rl.study`: run the CPU study (recipes/study/) over seeds and report it.
 
-Runs the three study recipes over the seeds (kept runs are reused; `--analyse-only` skips
-running), then writes `<report>/README.md`, `<report>/results.json` and the plots.
+Runs the three study recipes over the seeds into `--out` (a finished run with the same settings
+is kept; a folder holding anything else is refused before anything starts), then writes the
+report (`tables.md`, `results.json`, plots) to `--report` (default `<out>/report`). The
+committed report (docs/study/, the README's study table, and the archive of the runs' per-step
+metrics in docs/study/runs/) is written only with `--write-docs`. `--analyse-only` reports
+runs that exist and refuses (exit 2, nothing written) when there are none.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
-import sys
+import os
+import shutil
 import time
 from pathlib import Path
 
+from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs.seeds import parse_seeds
 from nemo_fp8_rl.study import analysis, grid, report
 
-STUDY_DIR = Path(__file__).resolve().parents[2] / "recipes" / "study"
+ROOT = Path(__file__).resolve().parents[2]
+STUDY_DIR = ROOT / "recipes" / "study"
+DOCS = ROOT / "docs" / "study"
 ROLES = {
     "bf16": "grpo-study-bf16",
     "fp8_uncal": "grpo-study-fp8-uncalibrated",
     "fp8_cal": "grpo-study-fp8",
 }
+NAMES = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"]]
+DEFAULT_SEEDS = "1-3,5-6"
+META = "study.json"
+EXAMPLES = [
+    "python -m nemo_fp8_rl.study --seeds 1-3,5-6 --jobs 2 --out runs/study",
+    "python -m nemo_fp8_rl.study --analyse-only --out docs/study/runs --report /tmp/study",
+]
+
+
+def _jobs(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="nemo_fp8_rl.study", description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
-    ap.add_argument("--jobs", type=int, default=2, help="runs at a time (default 2)")
-    ap.add_argument("--out", type=Path, default=Path("runs/study"))
-    ap.add_argument("--report", type=Path, default=Path("docs/study"))
+    ap = ArgumentParser(
+        prog="nemo_fp8_rl.study", description=__doc__.split("\n\n")[1], examples=EXAMPLES
+    )
+    ap.add_argument(
+        "--seeds",
+        default=None,
+        help=f"seeds as in train --seeds: 1,2,3 or 1-5 or 1-3,7 (default {DEFAULT_SEEDS})",
+    )
+    ap.add_argument("--jobs", type=_jobs, default=2, help="runs at a time, >= 1 (default 2)")
+    ap.add_argument("--out", type=Path, default=Path("runs/study"), help="run folders")
+    ap.add_argument("--report", type=Path, default=None, help="report folder (<out>/report)")
+    ap.add_argument(
+        "--write-docs",
+        action="store_true",
+        help="also write docs/study/, its runs archive and the README's study table",
+    )
+    ap.add_argument(
+        "--overwrite", action="store_true", help="run again runs that have other settings"
+    )
     ap.add_argument("--analyse-only", action="store_true", help="only write the report")
     ap.add_argument(
-        "overrides", nargs="*", help="key=value overrides for every run (quick checks only)"
+        "overrides", nargs="*", metavar="key=value", help="overrides for every run (quick checks)"
     )
     return ap.parse_args(argv)
 
 
+def _check_folder(path: Path, flag: str) -> None:
+    """A folder the study may create or write into: no file at it or above it."""
+    for part in (path, *path.parents):
+        if part.exists() and not part.is_dir():
+            raise UsageError(
+                str(path), f"{part} is a file, not a folder", f"pass {flag} with a folder path"
+            )
+
+
 def settings(names: list[str]) -> str:
-    """The study recipes' differences from the tiny default, as a Markdown list."""
+    """The study recipes' settings, as a Markdown list."""
     lines = []
     for name in names:
-        recipe = load_recipe(STUDY_DIR / f"{name}.yaml")
-        cfg = recipe.config
-        meg, pol = cfg["policy"]["megatron_cfg"], cfg["policy"]
-        fp8 = meg["fp8_cfg"]
-        cal = cfg["loss_fn"]["calibration"]
+        cfg = load_recipe(STUDY_DIR / f"{name}.yaml").config
+        meg, pol, grpo = cfg["policy"]["megatron_cfg"], cfg["policy"], cfg["grpo"]
+        fp8, cal = meg["fp8_cfg"], cfg["loss_fn"]["calibration"]
+        updates = grpo["num_prompts_per_step"] * grpo["num_generations_per_prompt"]
         lines.append(
             f"- `{name}`: FP8 training {'on, ' + fp8['fp8_recipe'] if fp8['enabled'] else 'off'}, "
             f"rollout {pol['generation']['vllm_cfg']['precision']}, "
-            f"calibration {_calibration(cal)}, "
-            f"{cfg['grpo']['max_num_steps']} steps of {cfg['grpo']['num_prompts_per_step']}×"
-            f"{cfg['grpo']['num_generations_per_prompt']} samples, "
-            f"{cfg['grpo']['num_prompts_per_step'] * cfg['grpo']['num_generations_per_prompt'] // pol['train_global_batch_size']} "
-            f"updates per batch, micro batch {pol['train_micro_batch_size']}, logprob batch "
-            f"{pol['logprob_batch_size']}, lr {meg['optimizer']['lr']}, "
-            f"model {cfg['local']['model']['num_layers']} layers × {cfg['local']['model']['hidden_size']}"
+            f"calibration {_calibration(cal)}, {grpo['max_num_steps']} steps of "
+            f"{grpo['num_prompts_per_step']}×{grpo['num_generations_per_prompt']} samples, "
+            f"{updates // pol['train_global_batch_size']} updates per batch, micro batch "
+            f"{pol['train_micro_batch_size']}, logprob batch {pol['logprob_batch_size']}, "
+            f"lr {meg['optimizer']['lr']}, model {cfg['local']['model']['num_layers']} layers × "
+            f"{cfg['local']['model']['hidden_size']}"
         )
     return "\n".join(lines)
 
@@ -64,7 +113,8 @@ def _calibration(cal: dict) -> str:
         return "off"
     return (
         f"on (every {cal['interval']} steps, ≥ {cal['min_tokens']} tokens per sign, "
-        f"m_min {cal.get('min_clipped_tokens', '—')})"
+        f"L* pooled until m_min = {cal['min_clipped_tokens']} clipped tokens, at most "
+        f"{cal['max_pool_windows']} windows)"
     )
 
 
@@ -73,77 +123,138 @@ def _wall(meta: dict) -> str:
     return f"{wall / 60:.0f} min" if wall else "not recorded"
 
 
-def full_block(rows: list[dict], table: dict, names: list[str], meta: dict, plots: list) -> str:
+def full_block(rows: list[dict], table: dict, meta: dict, plots: list[str]) -> str:
     """Everything the study measured, as Markdown (for docs/study/README.md)."""
     seeds = ", ".join(str(s) for s in meta["seeds"])
     return "\n\n".join(
         [
             f"Seeds {seeds}; {meta['jobs']} runs at a time; study wall time {_wall(meta)}"
             + (f"; failed: {', '.join(meta['failed'])}" if meta["failed"] else "")
-            + ". Generated by `uv run python -m nemo_fp8_rl.study`.",
-            "**Targets** (mean over seeds [95 % percentile-bootstrap interval]; "
-            "differences and quotients paired by seed):",
+            + ". Generated by `uv run python -m nemo_fp8_rl.study --analyse-only --out "
+            "docs/study/runs --write-docs` from the committed per-step metrics.",
+            "**Targets** (mean over seeds [95 % Student-t interval] (n seeds); differences "
+            "paired by seed; quotients of shares: geometric mean of per-seed quotients, "
+            "t-interval of their logs):",
             report.markdown_targets(rows),
-            "**Per recipe** (mean over seeds [95 % interval]):",
-            report.markdown_summary(table, names),
+            "**Per recipe** (mean over seeds [95 % Student-t interval] (n seeds)):",
+            report.markdown_summary(table, NAMES),
             "**Per seed:**",
-            report.markdown_per_seed(table, names),
+            report.markdown_per_seed(table, NAMES),
             "**Settings:**",
-            settings(names),
-            "\n".join(f"![{p.stem}]({p.name})" for p in plots),
+            settings(NAMES),
+            "\n".join(f"![{Path(p).stem}]({Path(p).name})" for p in plots),
         ]
     )
 
 
-def headline_block(rows: list[dict], meta: dict, report_dir: Path) -> str:
+def headline_block(rows: list[dict], meta: dict) -> str:
     """The targets table and one line of context (for the project README)."""
     seeds = ", ".join(str(s) for s in meta["seeds"])
     return (
-        f"Seeds {seeds}, `recipes/study/` (study wall time {_wall(meta)}; details, per-seed "
-        f"values and plots in [{report_dir}/README.md]({report_dir}/README.md)):\n\n"
-        + report.markdown_targets(rows)
+        f"Seeds {seeds}, `recipes/study/` (study wall time {_wall(meta)}; intervals: 95 % "
+        "Student-t over seeds, n beside each; details, per-seed values and plots in "
+        "[docs/study/README.md](docs/study/README.md)):\n\n" + report.markdown_targets(rows)
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    names = [ROLES["bf16"], ROLES["fp8_uncal"], ROLES["fp8_cal"]]
-    t0 = time.perf_counter()
-    results = []
-    if not args.analyse_only:
-        specs = grid.plan(
-            [STUDY_DIR / f"{n}.yaml" for n in names], args.seeds, args.out, tuple(args.overrides)
+def blocks(out: Path, seeds: list[int] | None = None) -> tuple[dict, list[dict], dict]:
+    """`(table, target rows, meta)` of the runs in `out` (seeds from `out/study.json` if
+    there is one); raises UsageError when no run of the study is there."""
+    meta_path = out / META
+    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    seeds = seeds if seeds is not None else meta.get("seeds")
+    if seeds is None:
+        raise UsageError(str(out), f"no {META} naming the seeds", "pass --seeds")
+    table = analysis.collect(out, NAMES, seeds)
+    if not any(table.values()):
+        raise UsageError(
+            str(out),
+            f"no study runs for seeds {seeds} (nothing was written)",
+            "run the study first (without --analyse-only), or pass --out with the folder "
+            "holding the runs (the committed ones: docs/study/runs)",
         )
-        results = grid.run_all(specs, jobs=args.jobs)
-    wall = time.perf_counter() - t0
-    table = analysis.collect(args.out, names, args.seeds)
-    rows = report.targets(table, ROLES)
-    plot_paths = report.plots(args.out, table, names, args.report)
-    previous = args.report / "results.json"
-    wall_s: float | None = wall if results else None
-    if not results and previous.exists():  # --analyse-only keeps the wall time of the run
-        wall_s = json.loads(previous.read_text())["meta"].get("study_wall_seconds")
-    meta = {
-        "seeds": args.seeds,
-        "jobs": args.jobs,
-        "study_wall_seconds": wall_s,
-        "failed": [f"{r.spec.name} seed {r.spec.seed}" for r in results if r.returncode],
-        "overrides": args.overrides,
-    }
-    args.report.mkdir(parents=True, exist_ok=True)
-    report.write_json(args.report / "results.json", table, rows, meta)
-    full = full_block(rows, table, names, meta, plot_paths)
-    (args.report / "tables.md").write_text(full + "\n")
-    if report.splice(args.report / "README.md", full):
-        print(f"updated the study tables in {args.report / 'README.md'}")
-    # the project README shows the committed study only (not a report written elsewhere)
-    committed = args.report.resolve() == (STUDY_DIR.parents[1] / "docs" / "study").resolve()
-    if committed and report.splice(Path("README.md"), headline_block(rows, meta, args.report)):
-        print("updated the study table in README.md")
+    meta = {"seeds": seeds, "jobs": meta.get("jobs"), "failed": meta.get("failed", []),
+            "study_wall_seconds": meta.get("study_wall_seconds"),
+            "overrides": meta.get("overrides", [])}  # fmt: skip
+    return table, report.targets(table, ROLES), meta
+
+
+def archive(out: Path, dest: Path, meta: dict) -> None:
+    """Copy what the report reads from each run (metrics as reproducible gzip, wall time) and
+    the study's meta into `dest` (docs/study/runs): the committed data behind the tables."""
+    for name in NAMES:
+        for seed in meta["seeds"]:
+            run = out / name / f"seed-{seed}"
+            if analysis.metrics_file(run) is None:
+                continue
+            target = dest / name / f"seed-{seed}"
+            target.mkdir(parents=True, exist_ok=True)
+            text = "".join(json.dumps(r) + "\n" for r in analysis.read_records(run))
+            with (
+                open(target / "metrics.jsonl.gz", "wb") as raw,
+                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f,
+            ):
+                f.write(text.encode())
+            wall = run / "study_wall_seconds.json"
+            if wall.exists():
+                shutil.copyfile(wall, target / wall.name)
+    (dest / META).write_text(json.dumps(meta, indent=1) + "\n")
+
+
+def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict]) -> None:
+    """`tables.md`, `results.json` and the plots in `dest`."""
+    dest.mkdir(parents=True, exist_ok=True)
+    plots = [str(p) for p in report.plots(out, table, NAMES, dest)]
+    report.write_json(dest / "results.json", table, rows, meta)
+    (dest / "tables.md").write_text(full_block(rows, table, meta, plots) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run (unless --analyse-only) and report the study; returns the exit code."""
+    args = parse(argv)
+    seeds = parse_seeds(args.seeds or DEFAULT_SEEDS)
+    if args.write_docs and args.report is not None and args.report.resolve() != DOCS:
+        raise UsageError("--report", "--write-docs writes docs/study", "drop one of the two")
+    dest = DOCS if args.write_docs else (args.report or args.out / "report")
+    if dest.resolve() == DOCS and not args.write_docs:
+        raise UsageError(str(dest), "holds the committed report", "pass --write-docs to replace it")
+    _check_folder(args.out, "--out")
+    _check_folder(dest, "--report")
+    meta = json.loads((args.out / META).read_text()) if (args.out / META).exists() else {}
+    if not args.analyse_only:
+        specs = grid.plan([STUDY_DIR / f"{n}.yaml" for n in NAMES], seeds, args.out,
+                          tuple(args.overrides))  # fmt: skip
+        for spec in specs:  # refuse a folder the study must not touch before anything runs
+            grid.action(spec, args.overwrite)
+        t0 = time.perf_counter()
+        load = os.getloadavg()[0]
+        results = grid.run_all(specs, jobs=args.jobs, overwrite=args.overwrite)
+        meta = {
+            "seeds": seeds,
+            "jobs": args.jobs,
+            "study_wall_seconds": time.perf_counter() - t0,
+            "load_average_1min": [load, os.getloadavg()[0]],
+            "failed": [f"{r.spec.name} seed {r.spec.seed}" for r in results if r.returncode],
+            "overrides": args.overrides,
+        }
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / META).write_text(json.dumps(meta, indent=1) + "\n")
+    if args.analyse_only and args.seeds is None:
+        seeds = meta.get("seeds", seeds)  # what the runs in --out were run with
+    table, rows, meta = blocks(args.out, seeds)
+    write_report(args.out, dest, meta, table, rows)
+    if args.write_docs:
+        if args.out.resolve() != (DOCS / "runs").resolve():
+            archive(args.out, DOCS / "runs", meta)
+        report.splice(DOCS / "README.md", (dest / "tables.md").read_text())
+        report.splice(ROOT / "README.md", headline_block(rows, meta))
     print(report.markdown_targets(rows))
-    print(f"study wall time {meta['study_wall_seconds']} s; tables in {args.report / 'tables.md'}")
+    print(f"study wall time {meta['study_wall_seconds']} s; tables in {dest / 'tables.md'}")
     return 1 if meta["failed"] else 0
 
 
+entry = run_main(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,8 +1,6 @@
 """`python -m nemo_fp8_rl.study`: the study's command line, `nemo_fp8_rl.cli.study`."""
 
-import sys
-
-from nemo_fp8_rl.cli.study import main
+from nemo_fp8_rl.cli.study import entry
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,26 +1,32 @@
-"""Per-seed summaries of the study runs and their 95 % bootstrap intervals over seeds.
+"""Per-seed summaries of the study runs and their 95 % intervals over seeds.
 
-Per run (from `metrics.jsonl`, training steps k ≥ 1):
+Per run (from `metrics.jsonl`, or `metrics.jsonl.gz` in the committed archive; training steps
+k ≥ 1):
 - `ratio_amplification = Σ_k ratio_nmae_k / Σ_k prob_nmae_k` over the shadow steps, with
-  `prob_nmae = Σ|p̃ − p| / Σp` and `ratio_nmae = Σ|r̃ − r| / Σr` (FP8 vs BF16 shadow, same tokens);
+  `prob_nmae = Σ|p̃ − p| / Σp` and `ratio_nmae = Σ|r̃ − r| / Σr` (FP8 vs BF16 shadow, same tokens):
+  the paper-style quotient, ≈ 2 even for one FP8 pass because its sides weigh tokens differently;
+- `ratio_compounding = Σ_k ratio_nmae_k / Σ_k single_pass_nmae_k`: the ratio error over the
+  error one FP8 pass causes alone in the same weighting (`trainer.shadow_metrics`): √2 when the
+  two passes' errors are independent, 0 when they cancel;
 - `clip_lower_frac_neg`: mean over steps of the share of negative-advantage tokens clipped at
   the lower bound in force (what the loss did);
 - `shadow_fp8_lower_frac_neg`, `shadow_bf16_lower_frac_neg`: on the shadow steps, the shares
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
 - `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations; `val_start`;
-- `entropy_surges`: onsets found by `nemo_fp8_rl.analysis.surge.detect_entropy_surges` on train/entropy;
+- `entropy_surges`: onsets found by `analysis.surge.detect_entropy_surges` on train/entropy;
 - `calib_low_min`: lowest lower bound L in force; `calib_m_mean`: mean over calibrations of m,
-  the BF16-clipped negative-advantage tokens the quantile-matched L* rests on;
-- `warmup_steps`: supervised warm-up steps of the seed; `warmup_seconds` (0 when the run
-  found it cached), `wall_seconds` and `wall_seconds_without_warmup` of the run's process.
-Intervals (`nemo_fp8_rl.analysis.stats`, the same as `compare`'s): percentile bootstrap of the mean over
-seeds (10,000 resamples, fixed generator); differences between recipes are paired by seed
-(bootstrap of the mean per-seed difference), quotients are ratios of the means with both sides
-resampled on the same seeds.
+  the BF16-clipped negative-advantage tokens of one window; `calib_pool_mean`: mean M, the
+  clipped tokens L* rested on after pooling windows;
+- `warmup_steps`: supervised warm-up steps of the seed's starting policy; `wall_seconds` of the
+  run's process.
+Intervals over seeds (`analysis.stats`): Student-t of the mean; differences between recipes
+paired by seed (t-interval of the per-seed differences); quotients of shares as the geometric
+mean of per-seed quotients (t-interval of their logs). n is the number of seeds.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from dataclasses import dataclass
@@ -28,46 +34,53 @@ from pathlib import Path
 
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
+from nemo_fp8_rl.config.user_error import UsageError
 
 TAIL = 3
+METRICS = ("metrics.jsonl", "metrics.jsonl.gz")
 
 
 @dataclass(frozen=True)
 class Interval:
-    """Mean over seeds and its 95 % percentile-bootstrap interval (NaN bounds below 2 seeds)."""
+    """Mean over seeds, its 95 % interval (NaN bounds below 2 seeds), n and the method."""
 
     mean: float
     low: float
     high: float
     n: int
+    method: str = "t"
 
     def fmt(self, spec: str = "{:.3f}") -> str:
-        """`mean [low, high]`, `mean (1 seed)`, or `—` without values."""
-        if self.n == 0:
+        """`mean [low, high] (n=k)`, `mean (n=1)`, or `—` without values."""
+        if self.n == 0 or not math.isfinite(self.mean):
             return "—"
-        if self.n < 2:
-            return spec.format(self.mean) + " (1 seed)"
-        return f"{spec.format(self.mean)} [{spec.format(self.low)}, {spec.format(self.high)}]"
+        if self.n < 2 or math.isnan(self.low):
+            return spec.format(self.mean) + f" (n={self.n})"
+        return f"{spec.format(self.mean)} [{_end(self.low, spec)}, {_end(self.high, spec)}] (n={self.n})"
+
+
+def _end(value: float, spec: str) -> str:
+    return spec.format(value) if math.isfinite(value) else ("∞" if value > 0 else "−∞")
 
 
 def _own(iv: stats.Interval) -> Interval:
-    return Interval(iv.estimate, iv.low, iv.high, iv.n)
+    return Interval(iv.estimate, iv.low, iv.high, iv.n, iv.method)
 
 
-def bootstrap_mean(values: list[float]) -> Interval:
-    """Percentile bootstrap of the mean of the finite `values` (`nemo_fp8_rl.analysis.stats`)."""
-    return _own(stats.bootstrap_mean([math.nan if v is None else v for v in values]))
+def mean_interval(values: list[float]) -> Interval:
+    """Student-t interval of the mean of the finite `values` (`analysis.stats`)."""
+    return _own(stats.mean_interval([math.nan if v is None else v for v in values]))
 
 
 def paired(a: dict[int, float], b: dict[int, float], op: str) -> Interval:
-    """`a` against `b` over seeds, paired by seed (`nemo_fp8_rl.analysis.stats`).
+    """`a` against `b` over the seeds both have (`analysis.stats`).
 
-    op 'diff': mean(a − b) with the bootstrap of the per-seed differences; op 'ratio':
-    mean(a) / mean(b) with both sides resampled on the same seeds.
+    op 'diff': mean(a − b), t-interval of the per-seed differences; op 'ratio': geometric mean
+    of the per-seed quotients a/b with the t-interval of their logs.
     """
     if op == "diff":
         return _own(stats.difference(b, a)[0])
-    return _own(stats.ratio(b, a))
+    return _own(stats.log_ratio(b, a))
 
 
 def _mean(values: list[float]) -> float:
@@ -75,10 +88,39 @@ def _mean(values: list[float]) -> float:
     return sum(vals) / len(vals) if vals else math.nan
 
 
+def metrics_file(run_dir: Path) -> Path | None:
+    """The run's metrics file (plain or gzip-compressed), None without one."""
+    return next((run_dir / n for n in METRICS if (run_dir / n).exists()), None)
+
+
 def read_records(run_dir: Path) -> list[dict]:
-    """The run's metric records, in order."""
-    text = (run_dir / "metrics.jsonl").read_text(encoding="utf-8")
-    return [json.loads(x) for x in text.splitlines() if x.strip()]
+    """The run's metric records, in order; a line that is not a JSON record is a UsageError
+    naming the file and line."""
+    path = metrics_file(run_dir) or run_dir / METRICS[0]
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError, EOFError) as exc:
+        raise UsageError(
+            str(path), f"cannot read the metrics ({exc})", "restore the file or rerun that run"
+        ) from exc
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            record = exc
+        if not isinstance(record, dict) or not isinstance(record.get("step"), int):
+            raise UsageError(
+                f"{path}:{number}",
+                "not a metrics record (a JSON object with an integer step)",
+                f"restore the file, or move {run_dir} away and run the study again",
+            )
+        records.append(record)
+    return records
 
 
 def summarize(run_dir: Path) -> dict[str, float]:
@@ -93,12 +135,20 @@ def summarize(run_dir: Path) -> dict[str, float]:
     ]
     later = [v for s, v in vals if s > 0]
     start = next((r for r in recs if r["step"] == 0), {})
+    single = [r for r in shadow if r.get("train/single_pass_nmae") is not None]
     out = {
         "ratio_amplification": (
             sum(r["train/ratio_nmae"] for r in shadow) / sum(r["train/prob_nmae"] for r in shadow)
             if shadow
             else math.nan
         ),
+        "ratio_compounding": (
+            sum(r["train/ratio_nmae"] for r in single)
+            / sum(r["train/single_pass_nmae"] for r in single)
+            if single
+            else math.nan
+        ),
+        "single_pass_nmae": _mean([r.get("train/single_pass_nmae") for r in shadow]),
         "prob_nmae": _mean([r.get("train/prob_nmae") for r in shadow]),
         "ratio_nmae": _mean([r.get("train/ratio_nmae") for r in shadow]),
         "clip_lower_frac_neg": _mean([r.get("train/clip_lower_frac_neg") for r in train]),
@@ -122,15 +172,11 @@ def summarize(run_dir: Path) -> dict[str, float]:
             default=math.nan,
         ),
         "calib_m_mean": _mean([r.get("train/calib_bf16_lower_count_neg") for r in train]),
+        "calib_pool_mean": _mean([r.get("train/calib_low_pool_clipped") for r in train]),
         "steps": float(len(train)),
     }
     wall = run_dir / "study_wall_seconds.json"
     out["wall_seconds"] = json.loads(wall.read_text())["seconds"] if wall.exists() else math.nan
-    env = run_dir / "environment.json"
-    info = (json.loads(env.read_text()).get("warmup") or {}) if env.exists() else {}
-    # the seed's warm-up runs once (in the first run of that seed) and is cached for the others
-    out["warmup_seconds"] = 0.0 if info.get("cached", True) else info.get("seconds", math.nan)
-    out["wall_seconds_without_warmup"] = out["wall_seconds"] - out["warmup_seconds"]
     return out
 
 
@@ -141,7 +187,7 @@ def collect(out: Path, names: list[str], seeds: list[int]) -> dict[str, dict[int
         table[name] = {}
         for seed in seeds:
             run = out / name / f"seed-{seed}"
-            if (run / "metrics.jsonl").exists():
+            if metrics_file(run) is not None:
                 table[name][seed] = summarize(run)
     return table
 

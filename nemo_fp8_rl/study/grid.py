@@ -1,9 +1,19 @@
 """Run every (recipe, seed) of the study as its own `nemo_fp8_rl.train` process.
 
 Runs go to `<out>/<recipe name>/seed-<k>` with `grpo.seed=k`; at most `jobs` at a time, ordered
-recipe by recipe so that the first runs of each seed build its cached warm-up and the other
-recipes of that seed reuse it. A finished run (its `metrics.jsonl` reaches
-`grpo.max_num_steps`) is kept and not run again; a failed run is reported and the others go on.
+recipe by recipe. Before anything starts, `action` decides for every run what to do with its
+folder, and refuses what must not be touched:
+
+- no folder (or only the seed launcher's `train.log`): run it;
+- a finished run with the study's settings (same resolved recipe, up to output paths, and its
+  last metrics record at `grpo.max_num_steps`): keep it;
+- an unfinished run with the study's settings: start it again (`train --overwrite`, which
+  clears only what a run writes);
+- a run with other settings: refused, unless `--overwrite` (then it is run again);
+- a folder holding anything else (a user's files): refused, nothing is deleted.
+
+A failed run is started again up to `retries` times (on a loaded machine Ray's start can time
+out, which says nothing about the recipe); a real failure fails again and is reported.
 """
 
 from __future__ import annotations
@@ -13,15 +23,22 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs.rundir import config_differences
+from nemo_fp8_rl.study.analysis import read_records
+
+PRE_RUN = {"train.log"}
 
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One study run: a recipe file, a seed and where it writes."""
+    """One study run: a recipe file, a seed, where it writes, and its resolved config."""
 
     recipe: Path
     name: str
@@ -29,6 +46,7 @@ class RunSpec:
     run_dir: Path
     steps: int
     overrides: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass
@@ -44,58 +62,123 @@ class RunResult:
 def plan(
     recipes: list[Path], seeds: list[int], out: Path, overrides: tuple[str, ...] = ()
 ) -> list[RunSpec]:
-    """The (recipe, seed) runs in launch order (recipe-major); `overrides` go to every run."""
+    """The (recipe, seed) runs in launch order (recipe-major); `overrides` go to every run.
+
+    Every recipe is loaded with the overrides and each seed, so a bad override is a
+    `RecipeError` here, before anything runs.
+    """
     specs = []
     for path in recipes:
-        recipe = load_recipe(path, list(overrides))
-        steps = recipe.config["grpo"]["max_num_steps"]
         for seed in seeds:
+            recipe = load_recipe(path, [*overrides, f"grpo.seed={seed}"])
+            steps = recipe.config["grpo"]["max_num_steps"]
             run_dir = out / recipe.name / f"seed-{seed}"
-            specs.append(RunSpec(path, recipe.name, seed, run_dir, steps, tuple(overrides)))
+            specs.append(
+                RunSpec(path, recipe.name, seed, run_dir, steps, tuple(overrides), recipe.config)
+            )
     return specs
 
 
 def finished(spec: RunSpec) -> bool:
-    """True when the run directory holds metrics up to the last step of the same seed."""
-    metrics = spec.run_dir / "metrics.jsonl"
-    if not metrics.exists():
+    """True when the run directory holds metrics up to the run's last step."""
+    if not (spec.run_dir / "metrics.jsonl").exists():
         return False
-    lines = [json.loads(x) for x in metrics.read_text().splitlines() if x.strip()]
-    return bool(lines) and lines[-1]["step"] >= spec.steps
+    records = read_records(spec.run_dir)
+    return bool(records) and records[-1].get("step") == spec.steps
 
 
-def _command(spec: RunSpec) -> list[str]:
+def differences(spec: RunSpec) -> list[str]:
+    """Settings of the run saved in `spec.run_dir` that differ from the planned ones
+    (`rundir.config_differences`, which leaves out output places and logging; the step count
+    is compared here)."""
+    path = spec.run_dir / "recipe.yaml"
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(
+            str(path),
+            f"cannot read the saved recipe ({type(exc).__name__})",
+            f"restore it, or move {spec.run_dir} away and run the study again",
+        ) from exc
+    planned = yaml.safe_load(yaml.safe_dump(spec.config, sort_keys=False))
+    diffs = config_differences(saved, planned)
+    steps = saved.get("grpo", {}).get("max_num_steps") if isinstance(saved, dict) else None
+    if steps != spec.steps:
+        diffs.insert(0, f"grpo.max_num_steps: {steps!r} -> {spec.steps!r}")
+    return diffs
+
+
+def action(spec: RunSpec, overwrite: bool = False) -> str:
+    """`run`, `keep`, `restart` or `rerun` for the run's folder (module docstring); raises
+    `UsageError` for a folder the study must not touch. Writes nothing."""
+    folder = spec.run_dir
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(str(folder), "is a file, not a run folder", "move it away or pass --out")
+    if not folder.exists():
+        return "run"
+    if not (folder / "recipe.yaml").exists():
+        other = sorted(p.name for p in folder.iterdir() if p.name not in PRE_RUN)
+        if other:
+            shown = ", ".join(other[:5]) + (", ..." if len(other) > 5 else "")
+            raise UsageError(
+                str(folder),
+                f"holds files that are not a study run ({shown}); nothing was deleted",
+                "move those files away, or pass --out with another folder",
+            )
+        return "run"
+    diffs = differences(spec)
+    if diffs:
+        if overwrite:
+            return "rerun"
+        shown = "; ".join(diffs[:3]) + ("; ..." if len(diffs) > 3 else "")
+        raise UsageError(
+            str(folder),
+            f"holds a {spec.name} run with other settings ({shown})",
+            "pass --overwrite to run it again with the study's settings, or --out with "
+            "another folder",
+        )
+    return "keep" if finished(spec) else "restart"
+
+
+def _command(spec: RunSpec, overwrite: bool) -> list[str]:
     return [
         sys.executable, "-m", "nemo_fp8_rl.train", "--recipe", str(spec.recipe),
-        "--run-dir", str(spec.run_dir), "--no-progress", f"grpo.seed={spec.seed}", *spec.overrides,
+        "--run-dir", str(spec.run_dir), "--no-progress", *(["--overwrite"] if overwrite else []),
+        *spec.overrides, f"grpo.seed={spec.seed}",
     ]  # fmt: skip
 
 
-def run_all(specs: list[RunSpec], jobs: int = 2, log=print, retries: int = 1) -> list[RunResult]:
+def run_all(
+    specs: list[RunSpec], jobs: int = 2, log=print, retries: int = 2, overwrite: bool = False
+) -> list[RunResult]:
     """Run the specs, `jobs` at a time; logs of each run in `<run_dir>.log`.
 
-    A failed run is started again up to `retries` times (from scratch, after the others that
-    were waiting): on a loaded machine Ray's node start can time out, which says nothing about
-    the recipe; a real failure fails again and is reported.
+    Each spec's folder is handled by `action` (call it on every spec first to refuse a bad
+    folder before anything runs); `overwrite` lets runs with other settings be run again.
+    A failed run is started again up to `retries` times, after the others that were waiting.
     """
+    if jobs < 1:
+        raise ValueError(f"run_all: jobs must be >= 1, got {jobs}")
     pending, running, results = list(specs), [], []
     tries: dict[Path, int] = {}
     while pending or running:
         while pending and len(running) < jobs:
             spec = pending.pop(0)
-            if finished(spec):
+            what = action(spec, overwrite)
+            if what == "keep":
                 results.append(RunResult(spec, 0, _kept_seconds(spec), reused=True))
-                log(f"kept   {spec.name} seed {spec.seed} (finished before)")
+                log(f"kept   {spec.name} seed {spec.seed} (finished before, same settings)")
                 continue
             spec.run_dir.parent.mkdir(parents=True, exist_ok=True)
-            if spec.run_dir.exists() and not finished(spec):
-                _clear(spec.run_dir)
             handle = open(f"{spec.run_dir}.log", "w")  # noqa: SIM115 - closed when it ends
             proc = subprocess.Popen(
-                _command(spec), stdout=handle, stderr=subprocess.STDOUT, env=run_env()
+                _command(spec, what in ("restart", "rerun")),
+                stdout=handle,
+                stderr=subprocess.STDOUT,
+                env=run_env(),
             )
             running.append((spec, proc, handle, time.perf_counter()))
-            log(f"start  {spec.name} seed {spec.seed}")
+            log(f"start  {spec.name} seed {spec.seed}" + ("" if what == "run" else f" ({what})"))
         time.sleep(2.0)
         for item in list(running):
             spec, proc, handle, t0 = item
@@ -106,24 +189,20 @@ def run_all(specs: list[RunSpec], jobs: int = 2, log=print, retries: int = 1) ->
             seconds = time.perf_counter() - t0
             if proc.returncode and tries.get(spec.run_dir, 0) < retries:
                 tries[spec.run_dir] = tries.get(spec.run_dir, 0) + 1
-                log(
-                    f"retry  {spec.name} seed {spec.seed} (rc {proc.returncode}, see {spec.run_dir}.log)"
-                )
+                log(f"retry  {spec.name} seed {spec.seed} (rc {proc.returncode}, see "
+                    f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log)")  # fmt: skip
                 os.replace(
                     f"{spec.run_dir}.log", f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log"
                 )
                 pending.append(spec)
                 continue
             results.append(RunResult(spec, proc.returncode, seconds, reused=False))
-            if spec.run_dir.is_dir():
+            if spec.run_dir.is_dir() and proc.returncode == 0:
                 (spec.run_dir / "study_wall_seconds.json").write_text(
                     json.dumps({"seconds": seconds})
                 )
-            state = (
-                "done  "
-                if proc.returncode == 0
-                else f"FAILED (rc {proc.returncode}, see {spec.run_dir}.log)"
-            )
+            state = "done  " if proc.returncode == 0 else f"FAILED (rc {proc.returncode}, see "
+            state += "" if proc.returncode == 0 else f"{spec.run_dir}.log)"
             log(f"{state} {spec.name} seed {spec.seed} in {seconds:.0f} s")
     return results
 
@@ -143,10 +222,3 @@ def run_env() -> dict[str, str]:
 def _kept_seconds(spec: RunSpec) -> float:
     path = spec.run_dir / "study_wall_seconds.json"
     return json.loads(path.read_text())["seconds"] if path.exists() else float("nan")
-
-
-def _clear(run_dir: Path) -> None:
-    """Remove an unfinished run directory (it restarts from scratch)."""
-    import shutil
-
-    shutil.rmtree(run_dir)

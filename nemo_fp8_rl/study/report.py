@@ -1,13 +1,16 @@
-"""The study's report: a Markdown table of targets with 95 % intervals, and PNG plots.
+"""The study's report: the targets table with 95 % intervals over seeds, and PNG plots.
 
 Three recipes play fixed roles: `bf16` (reference), `fp8_uncal` (FP8 with the nominal bounds)
-and `fp8_cal` (FP8 with Calibrated Clipping). Targets (each over seeds, 95 % intervals):
-1. ratio amplification of `fp8_uncal` ≥ 1.5;
+and `fp8_cal` (FP8 with Calibrated Clipping). The method's claims, as targets over seeds:
+1. the FP8 errors of the two passes that form the ratio do not cancel: `ratio_compounding`
+   (ratio error ÷ single-pass error) of `fp8_uncal` ≥ 1, and ≈ √2 = 1.41 if independent; the
+   paper-style quotient (ratio NMAE ÷ prob NMAE, reported as 1.7–2.9×) is shown beside it,
+   named as what it is (≈ 2 for one FP8 pass, so it does not measure compounding);
 2. `fp8_uncal` clips ≥ 2× `bf16`'s share of negative-advantage tokens at the lower bound
-   (per-seed quotient of the runs' mean `clip_lower_frac_neg`, paired by seed);
-3. a validation-accuracy deficit of `fp8_uncal` (paired difference to `bf16` below 0, interval
-   excluding 0) that `fp8_cal` removes (its mean inside `bf16`'s interval); entropy surges are
-   counted as well.
+   (geometric mean of the per-seed quotients);
+3. FP8 loses validation accuracy against BF16 (`fp8_uncal` − `bf16` < 0, paired by seed) and
+   calibration recovers it (`fp8_cal` − `fp8_uncal` > 0); `fp8_cal` − `bf16` is shown too.
+"Met (whole interval)" needs the 95 % interval (Student-t, n seeds) on the target's side.
 """
 
 from __future__ import annotations
@@ -17,58 +20,60 @@ import math
 import warnings
 from pathlib import Path
 
-from nemo_fp8_rl.study.analysis import Interval, bootstrap_mean, column, paired, read_records
+from nemo_fp8_rl.study.analysis import Interval, column, mean_interval, paired, read_records
+
+SQRT2 = math.sqrt(2.0)
 
 
 def targets(table: dict, roles: dict[str, str]) -> list[dict]:
-    """The three targets: measured interval, threshold, and whether it is met."""
+    """The targets: measured interval, threshold, and whether it is met."""
     b, u, c = roles["bf16"], roles["fp8_uncal"], roles["fp8_cal"]
-    amp = bootstrap_mean(list(column(table, u, "ratio_amplification").values()))
-    clip = paired(
-        column(table, u, "clip_lower_frac_neg"), column(table, b, "clip_lower_frac_neg"), "ratio"
-    )
-    cal_clip = paired(
-        column(table, c, "clip_lower_frac_neg"), column(table, b, "clip_lower_frac_neg"), "ratio"
-    )
+
+    def mean(name: str, key: str) -> Interval:
+        return mean_interval(list(column(table, name, key).values()))
+
+    def pair(x: str, y: str, key: str, op: str) -> Interval:
+        return paired(column(table, x, key), column(table, y, key), op)
+
+    comp, amp = mean(u, "ratio_compounding"), mean(u, "ratio_amplification")
+    clip = pair(u, b, "clip_lower_frac_neg", "ratio")
+    cal_clip = pair(c, b, "clip_lower_frac_neg", "ratio")
     shadow = paired(
         column(table, u, "shadow_fp8_lower_frac_neg"),
         column(table, u, "shadow_bf16_lower_frac_neg"),
         "ratio",
     )
-    deficit = paired(column(table, u, "val_tail"), column(table, b, "val_tail"), "diff")
-    fixed = paired(column(table, c, "val_tail"), column(table, b, "val_tail"), "diff")
-    bf16_val = bootstrap_mean(list(column(table, b, "val_tail").values()))
-    cal_val = bootstrap_mean(list(column(table, c, "val_tail").values()))
-    unc_val = bootstrap_mean(list(column(table, u, "val_tail").values()))
+    deficit = pair(u, b, "val_tail", "diff")
+    recovered = pair(c, u, "val_tail", "diff")
+    cal_gap = pair(c, b, "val_tail", "diff")
     return [
-        _row("ratio amplification (ratio NMAE ÷ prob NMAE), FP8 uncalibrated", amp, "≥ 1.5×",
-             amp.mean >= 1.5, amp.low >= 1.5),
-        _row("FP8-uncalibrated ÷ BF16 run: share of A<0 tokens clipped at the lower bound", clip,
-             "≥ 2×", clip.mean >= 2.0, clip.low >= 2.0),
+        _row("compounding: ratio error ÷ single-pass error, FP8 uncalibrated", comp,
+             "≥ 1 (errors do not cancel); √2 = 1.41 if independent", comp.mean >= 1.0,
+             comp.low >= 1.0),
+        _row("same, FP8 uncalibrated, at least independent errors", comp, "≥ 1.41",
+             comp.mean >= SQRT2, comp.low >= SQRT2),
+        _row("paper-style quotient: ratio NMAE ÷ prob NMAE, FP8 uncalibrated (≈ 2 for one pass)",
+             amp, "paper: 1.7–2.9 (not a compounding measure)", None, None),
+        _row("FP8-uncalibrated ÷ BF16 run: share of A<0 tokens clipped at the lower bound "
+             "(geometric mean of per-seed quotients)", clip, "≥ 2×", clip.mean >= 2.0,
+             clip.low >= 2.0),
         _row("same tokens, FP8 ÷ BF16 shadow ratio below 1−ε (FP8-uncalibrated runs)", shadow,
              "(diagnostic)", None, None),
         _row("FP8-calibrated ÷ BF16 run: share of A<0 tokens clipped at the lower bound",
-             cal_clip, "≈ 1 (diagnostic)", None, None),
-        _row("validation accuracy, FP8 uncalibrated − BF16 (paired)", deficit, "< 0, interval < 0",
+             cal_clip, "(diagnostic; 1 = BF16's clipping)", None, None),
+        _row("validation accuracy, FP8 uncalibrated − BF16 (paired)", deficit, "< 0",
              deficit.mean < 0, deficit.high < 0),
-        _row("validation accuracy, FP8 calibrated − BF16 (paired)", fixed, "interval ∋ 0",
-             None, fixed.low <= 0 <= fixed.high if fixed.n >= 2 else None),
-        _row("validation accuracy, FP8 calibrated (mean) inside the BF16 interval", cal_val,
-             f"in {bf16_val.fmt()}", _inside(cal_val, bf16_val), None),
-        _row("validation accuracy, FP8 uncalibrated (mean) inside the BF16 interval (control)",
-             unc_val, f"in {bf16_val.fmt()}", _inside(unc_val, bf16_val), None),
+        _row("validation accuracy, FP8 calibrated − FP8 uncalibrated (paired)", recovered, "> 0",
+             recovered.mean > 0, recovered.low > 0),
+        _row("validation accuracy, FP8 calibrated − BF16 (paired)", cal_gap,
+             "(diagnostic; ≈ 0 if calibration recovers all)", None, None),
     ]  # fmt: skip
-
-
-def _inside(iv: Interval, ref: Interval) -> bool | None:
-    """Whether `iv`'s mean lies in `ref`'s interval (None without an interval)."""
-    return ref.low <= iv.mean <= ref.high if ref.n >= 2 and iv.n else None
 
 
 def _row(what: str, iv: Interval, target: str, point: bool | None, strict: bool | None) -> dict:
     if iv.n == 0 or math.isnan(iv.mean):
         point = None
-    if iv.n < 2:
+    if iv.n < 2 or math.isnan(iv.low):
         strict = None
     return {"what": what, "interval": iv, "target": target, "point": point, "strict": strict}
 
@@ -78,9 +83,9 @@ def _yes(v: bool | None) -> str:
 
 
 def markdown_targets(rows: list[dict]) -> str:
-    """The targets table (mean [95 % interval] over seeds)."""
+    """The targets table (mean [95 % interval] (n seeds))."""
     lines = [
-        "| Measure (over seeds) | Mean [95 % interval] | Target | Met (mean) | Met (whole interval) |",
+        "| Measure (over seeds) | Mean [95 % interval] (n) | Target | Met (mean) | Met (whole interval) |",
         "|---|---|---|---|---|",
     ]
     for r in rows:
@@ -97,24 +102,26 @@ SUMMARY_KEYS = (
     ("clip_lower_frac_neg", "clip<L share of A<0", "{:.4f}"),
     ("prob_nmae", "prob NMAE", "{:.4f}"),
     ("ratio_nmae", "ratio NMAE", "{:.4f}"),
-    ("ratio_amplification", "ratio ampl.", "{:.2f}"),
+    ("single_pass_nmae", "single-pass error", "{:.4f}"),
+    ("ratio_compounding", "compounding", "{:.2f}"),
+    ("ratio_amplification", "paper-style quotient", "{:.2f}"),
     ("entropy_mean", "entropy", "{:.3f}"),
     ("entropy_surges", "surges", "{:.1f}"),
     ("calib_low_min", "lowest L", "{:.3f}"),
     ("calib_m_mean", "m per calibration", "{:.1f}"),
+    ("calib_pool_mean", "M (pooled)", "{:.1f}"),
     ("wall_seconds", "wall s", "{:.0f}"),
-    ("wall_seconds_without_warmup", "wall s w/o warm-up", "{:.0f}"),
 )
 
 
 def markdown_summary(table: dict, names: list[str]) -> str:
-    """Per-recipe means [95 % interval] of the per-run summaries."""
+    """Per-recipe means [95 % t-interval] (n) of the per-run summaries."""
     head = "| Recipe | " + " | ".join(label for _, label, _ in SUMMARY_KEYS) + " |"
     lines = [head, "|" + "---|" * (len(SUMMARY_KEYS) + 1)]
     for name in names:
         cells = []
         for key, _, spec in SUMMARY_KEYS:
-            iv = bootstrap_mean(list(column(table, name, key).values()))
+            iv = mean_interval(list(column(table, name, key).values()))
             cells.append("—" if iv.n == 0 or math.isnan(iv.mean) else iv.fmt(spec))
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -127,10 +134,10 @@ def markdown_per_seed(table: dict, names: list[str]) -> str:
         "val_start",
         "val_tail",
         "clip_lower_frac_neg",
+        "ratio_compounding",
         "ratio_amplification",
         "entropy_surges",
         "wall_seconds",
-        "warmup_seconds",
     )
     lines = ["| Recipe | seed | " + " | ".join(keys) + " |", "|" + "---|" * (len(keys) + 2)]
     for name in names:
@@ -155,7 +162,7 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
         ("validation/accuracy", "validation accuracy (greedy)", 1),
         ("train/clip_lower_frac_neg", "share of A<0 tokens clipped at L (5-step mean)", 5),
         ("train/entropy", "entropy (nats/token)", 1),
-        ("train/ratio_amplification", "ratio NMAE ÷ prob NMAE (shadow steps)", 1),
+        ("train/ratio_compounding", "ratio error ÷ single-pass error (shadow steps)", 1),
     )
     dest.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -182,7 +189,7 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
                         ]
                     )
             mean = np.nanmean(grid, axis=0)
-            ax.plot(steps, mean, label=f"{name} (mean of {len(runs)})")
+            ax.plot(steps, mean, label=f"{name} (mean of {len(runs)} seeds, band: min–max)")
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.2)
         ax.set_xlabel("GRPO step")
         ax.set_ylabel(label)
