@@ -39,16 +39,21 @@ MODELS = {
 }
 
 
-def wire_bytes(config: dict) -> tuple[int, int]:
-    """`(trainer, generator)` bytes of one refit of the whole model."""
+def wire_bytes(config: dict) -> tuple[int, int, float]:
+    """`(trainer, generator)` bytes of one refit of the whole model, and the trainer/generator
+    ratio over the FP8 weights alone (their E4M3 + scales against their BF16)."""
     shapes = dict(hf_weight_shapes(config))
     layout = NemoFp8Layout(shapes, NemoFp8Rules(num_layers=config["num_hidden_layers"]))
-    trainer = generator = 0
+    trainer = generator = fp8_trainer = fp8_generator = 0
     for name, shape in shapes.items():
-        generator += 2 * math.prod(shape)
-        for _, planned_shape, dtype in layout.planned(name, shape, torch.bfloat16):
-            trainer += math.prod(planned_shape) * dtype.itemsize
-    return trainer, generator
+        sent = sum(
+            math.prod(s) * dtype.itemsize
+            for _, s, dtype in layout.planned(name, shape, torch.bfloat16)
+        )
+        trainer, generator = trainer + sent, generator + 2 * math.prod(shape)
+        if layout.is_fp8(name):
+            fp8_trainer, fp8_generator = fp8_trainer + sent, fp8_generator + 2 * math.prod(shape)
+    return trainer, generator, fp8_trainer / fp8_generator
 
 
 def _fastest(fn, repeat: int) -> tuple[float, object]:
@@ -90,10 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     print("(a) bytes per refit, whole model (trainer = FP8 pairs + BF16 rest; generator = BF16)")
     for model, file in MODELS.items():
-        trainer, generator = wire_bytes(json.loads((CONFIGS / file).read_text()))
+        trainer, generator, fp8_only = wire_bytes(json.loads((CONFIGS / file).read_text()))
         print(
             f"  {model:14s} trainer {trainer / 2**30:6.2f} GiB  generator {generator / 2**30:6.2f}"
-            f" GiB  ratio {trainer / generator:.3f}"
+            f" GiB  ratio {trainer / generator:.3f} (FP8 weights alone {fp8_only:.4f}; the rest,"
+            " embeddings, lm_head, norms, stays BF16)"
         )
     module = load_nemo_rl_fp8(args.nemo_rl_src)
     print(
