@@ -63,6 +63,7 @@ CASES: list[Case] = [
     Case("eval-not-a-run", "eval", ("--run", "{ws}/nope"), 2, "is not a run directory"),
     Case("eval-unknown-flag", "eval", ("--run", "{ws}/nope", "--fast"), 2, "unrecognized arguments: --fast"),
     Case("compare-no-args", "compare", (), 2, "the following arguments are required"),
+    Case("compare-json-recipes", "compare", (T, F, "--json"), 2, "--json goes with runs"),
     Case("refit-no-subcommand", "refit", (), 2, "the following arguments are required"),
     Case("recipes-unknown-subcommand", "recipes", ("lst",), 2, "invalid choice: 'lst'"),
     Case("validate-invalid", "recipes", ("validate", "{ws}/r.yaml"), 1, "error: recipes validate: 1 of 1 recipe(s) invalid", _recipe(f"defaults: {BF16}\ngrpo:\n  max_num_step: 3\n"), stdout="did you mean grpo.max_num_steps?"),
