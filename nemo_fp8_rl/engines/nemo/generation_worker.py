@@ -5,7 +5,7 @@
 whose `_create_engine` names another vLLM worker extension
 (`vllm_extension.TrainerFp8WorkerExtension`), and which forwards PYTHONPATH into vLLM's worker
 processes so they import this package. The engine selects it for `VllmGeneration` through
-`runner.generation_worker_choice` and registers it under the interpreter NeMo RL resolves for
+`refit_workers.trainer_generation_worker` and registers it under the interpreter NeMo RL resolves for
 `VllmGenerationWorker` (`worker_env`).
 """
 

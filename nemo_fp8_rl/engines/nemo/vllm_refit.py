@@ -88,11 +88,11 @@ def _entry_problems(
             )
         return out
     if holds_fp8(name):
-        out = []
         if dtype != FP8:
-            out.append(
+            return [
                 f"{name}: {dtype} tensor where vLLM holds float8_e4m3fn (not quantized on the trainer)"
-            )
+            ]
+        out = []
         if len(shape) != 2:
             out.append(f"{name}: shape {list(shape)}, block FP8 weights are 2-D")
         if name + SCALE_SUFFIX not in info:
