@@ -259,6 +259,11 @@ RULE_CASES = {
         "policy:\n  model_name: null\n",
         "policy.model_name: no model set",
     ),
+    "quantize_on_trainer_needs_fp8_rollout": (
+        ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-1n8g-bf16.yaml",
+        "refit:\n  quantize_on: trainer\n",
+        "policy.generation.vllm_cfg.precision: refit.quantize_on: trainer: BF16 rollout",
+    ),
 }
 
 
@@ -283,5 +288,6 @@ def test_every_rule_is_exercised():
         "cpu_supported_features",
         "model_named",
         "parallel_sizes_divide_cluster",
+        "quantize_on_trainer",
     }
     assert {rule.__name__ for rule in RULES} == covered
