@@ -45,7 +45,8 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.user_error import USAGE, UserError
-from nemo_fp8_rl.refit.nemo_quant import BLOCK, quantize_blockwise_like_nemo_rl
+from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
+from nemo_fp8_rl.refit.nemo_scale import BLOCK
 
 SCALE_SUFFIX = "_scale_inv"
 VLLM_CFG = "policy.generation.vllm_cfg"

@@ -37,8 +37,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-E4M3_MAX = float(torch.finfo(torch.float8_e4m3fn).max)  # 448.0
-BLOCK = 128
+from nemo_fp8_rl.refit.nemo_scale import BLOCK, E4M3_MAX, nemo_scales
+
 _CHUNK_ELEMS = 1 << 20
 # dtype -> (integer view, magnitude mask, bit pattern of +inf)
 _BITS = {
@@ -46,22 +46,6 @@ _BITS = {
     torch.float16: (torch.int16, 0x7FFF, 0x7C00),
     torch.float32: (torch.int32, 0x7FFFFFFF, 0x7F800000),
 }
-
-
-def nemo_scales(amax: torch.Tensor, pow2: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """`(scale, scale_inv)` from per-block FP32 `amax`, by NeMo RL's rules (module docstring).
-
-    `amax` should be contiguous FP32 of NeMo RL's shape `(Mb, Nb, 1)` on the weight's device
-    (see the module docstring for why shape and device matter for pow2).
-    """
-    if pow2:
-        exponent = torch.ceil(torch.log2(amax / E4M3_MAX))
-        biased = (torch.clamp(exponent, min=-127, max=127) + 127).to(torch.uint8)
-        scale = torch.where(biased == 0, 1.0, torch.exp2(127 - biased.to(torch.float32)))
-    else:
-        scale = torch.reciprocal(amax) * E4M3_MAX
-        scale = torch.where((amax == 0) | (amax == torch.inf), 1.0, scale)
-    return scale, torch.reciprocal(scale)
 
 
 def _check(weight: torch.Tensor, block: tuple[int, int]) -> int:

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from nemo_fp8_rl.refit.nemo_quant import E4M3_MAX, nemo_scales
+from nemo_fp8_rl.refit.nemo_scale import E4M3_MAX, nemo_scales
 
 _FLT_MAX = 3.4028234663852886e38
 
