@@ -228,7 +228,7 @@ def test_a_failed_ray_start_is_cleaned_up_and_retried(monkeypatch) -> None:
     finally:
         ray.shutdown()
     assert len(record.attempts) >= 2 and record.errors, (lines, record)
-    assert lines[0].startswith("starting Ray (attempt 1 of 4")
+    assert lines[0].startswith("starting Ray (attempt 1 of 5")
     assert "leftover gcs: 0" in lines
 
 

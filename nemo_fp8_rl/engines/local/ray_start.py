@@ -1,11 +1,23 @@
 """Starting (or joining) Ray for the embedded engine, on a machine that may be busy.
 
 `ray.init` on a new local cluster gives up when the raylet has not registered with the GCS
-within 30 s, a wait Ray hard-codes. On a loaded 2-core machine the raylet and the Python agents
-it starts can take longer than that, so a start that times out is cleaned up (the processes it
-left are stopped) and tried again, up to `attempts` times within `total_s` seconds; the GCS port
-wait, which Ray does let us set (`RAY_gcs_server_port_wait_time_s`), is raised from 30 s to
-`GCS_PORT_WAIT_S`. While Ray starts, a progress line is printed every `HEARTBEAT_S` seconds.
+within 30 s, a wait Ray (2.40 to 2.60 at least) hard-codes in `Node.__init__`. The raylet
+registers only once its two Python agents (dashboard agent, runtime-env agent) are up, and on a
+2-core machine at load 12-20 those take 30-60 s to import, so a plain `ray.init` fails there
+again and again (measured: `benchmarks/bench_ray_start.py`). Two things make the start succeed:
+
+- the raylet wait is extended to `RAYLET_WAIT_S`: during `ray.init`, Ray's node-info lookup
+  (`ray._private.services.get_node`, which the 30 s loop calls) waits for the node itself, up to
+  that bound (`_patient_node_lookup`). With a Ray that lacks the function, nothing is changed;
+- Ray's own waits that have a setting are raised (`RAY_WAITS`, each only when not set already):
+  the GCS port wait, the core worker's wait for the raylet, and a worker's registration.
+
+The raylet itself also gives its dashboard agent a fixed 15 s to report its ports and aborts
+when it misses them (the agent is a Python process importing Ray on a busy CPU); the lookup then
+stops waiting at once (`RayletExited`). A start that fails is cleaned up (the processes it left
+are stopped) and tried again, up to `attempts` times within `total_s` seconds: each attempt is a
+new draw of the same race, and the page cache is warm for the next. While Ray starts, a progress line is printed every
+`HEARTBEAT_S` seconds.
 
 `RAY_ADDRESS` (an existing cluster) is checked with a plain TCP connection first: Ray's own
 client retries a dead address for minutes without a word. Ctrl-C while Ray starts is held
@@ -27,11 +39,21 @@ from dataclasses import dataclass, field
 
 from nemo_fp8_rl.config.user_error import UserError
 
-ATTEMPTS = 4
-TOTAL_S = 420.0
+ATTEMPTS = 5
+TOTAL_S = 900.0
 HEARTBEAT_S = 15.0
-GCS_PORT_WAIT_S = 120
+RAYLET_WAIT_S = 240.0
 PROBE_S = 10.0
+# Ray's start-up waits that have a setting (environment variables Ray reads), raised for a busy
+# machine: the GCS port (default 30 s), the raylet's wait for its agents' ports (the raylet
+# aborts when it runs out), the core worker's wait for its raylet (60 s), a worker process's
+# registration with the raylet (60 s; the actors' workers import torch).
+RAY_WAITS = {
+    "RAY_gcs_server_port_wait_time_s": "120",
+    "RAY_agent_register_timeout_ms": "240000",
+    "RAY_raylet_start_wait_time_s": "240",
+    "RAY_worker_register_timeout_seconds": "300",
+}
 
 Echo = Callable[[str], None]
 
@@ -77,7 +99,8 @@ def start_ray(
         with _progress("joining Ray at " + address, echo), _held_interrupt(echo):
             _init_or_raise(f"RAY_ADDRESS={address}", address=address, log_to_driver=True)
         return False
-    os.environ.setdefault("RAY_gcs_server_port_wait_time_s", str(GCS_PORT_WAIT_S))
+    for name, value in RAY_WAITS.items():
+        os.environ.setdefault(name, value)
     tries = attempts or int(os.environ.get("NEMO_FP8_RL_RAY_START_ATTEMPTS", ATTEMPTS))
     deadline = time.monotonic() + total_s
     for k in range(1, max(tries, 1) + 1):
@@ -85,7 +108,7 @@ def start_ray(
         load = os.getloadavg()[0]
         what = f"starting Ray (attempt {k} of {tries}, load {load:.1f} on {os.cpu_count()} CPUs)"
         try:
-            with _progress(what, echo), _held_interrupt(echo):
+            with _progress(what, echo), _held_interrupt(echo), _patient_node_lookup(RAYLET_WAIT_S):
                 ray.init(
                     num_cpus=num_cpus,
                     include_dashboard=False,
@@ -201,6 +224,61 @@ def stop_partial_start() -> None:
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
+
+
+class RayletExited(Exception):
+    """The raylet this process started died before registering (not a RuntimeError, so that
+    Ray's own wait loop, which swallows those, lets it through at once)."""
+
+
+def _raylet_alive() -> bool:
+    """True while a raylet started by this process is running (or none can be seen)."""
+    try:
+        import psutil
+    except ImportError:  # pragma: no cover (psutil comes with Ray)
+        return True
+    try:
+        raylets = [c for c in psutil.Process().children(recursive=True) if c.name() == "raylet"]
+        return not raylets or any(c.status() != psutil.STATUS_ZOMBIE for c in raylets)
+    except psutil.Error:
+        return True
+
+
+@contextlib.contextmanager
+def _patient_node_lookup(wait_s: float) -> Iterator[None]:
+    """While Ray starts, let its node-info lookup wait up to `wait_s` for the raylet to register
+    (instead of failing at once, which Ray's loop turns into a 30 s limit)."""
+    try:
+        from ray._private import services
+    except ImportError:  # pragma: no cover (every Ray this project supports has it)
+        yield
+        return
+    original = getattr(services, "get_node", None)
+    if original is None:
+        yield
+        return
+    deadline = time.monotonic() + wait_s
+
+    def patient(*args, **kwargs):
+        while True:
+            try:
+                return original(*args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                if not _raylet_alive():
+                    raise RayletExited(
+                        "the raylet exited while starting (its dashboard agent did not report "
+                        "its ports within Ray's fixed 15 s; see raylet.out in Ray's session "
+                        "folder)"
+                    ) from None
+                time.sleep(0.5)
+
+    services.get_node = patient
+    try:
+        yield
+    finally:
+        services.get_node = original
 
 
 @contextlib.contextmanager
