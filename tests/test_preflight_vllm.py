@@ -45,5 +45,6 @@ def test_engine_args_refuse_what_vllm_refuses(hub, over, words):
 
     err = engine_args_check(_kwargs(**over))
     assert err is not None and words in err.message, err
+    assert err.key == f"policy.generation.vllm_cfg.{words}"
     assert err.file.startswith("vllm/") and err.line > 0
     assert f"vLLM {vllm.__version__}" in err.message

@@ -26,6 +26,16 @@ from typing import Any
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
 
 VLLM_CFG = "policy.generation.vllm_cfg"
+# LLM(...) arguments NeMo RL's vLLM worker takes from vllm_cfg under the same name
+FROM_VLLM_CFG = (
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "kv_cache_dtype",
+    "enforce_eager",
+    "load_format",
+)
 
 # check -> (vLLM file, {vLLM version: line of the raise/assert/bound})
 CITED: dict[str, tuple[str, dict[str, int]]] = {
@@ -255,9 +265,10 @@ def engine_args_check(llm_kwargs: dict[str, Any]) -> LocatedError | None:
             if "/vllm/" in path:
                 where = (path[path.rfind("/vllm/") + 1 :], tb.tb_lineno)
             tb = tb.tb_next
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        text = " ".join(str(exc).split())  # pydantic's errors span several lines
+        named = [k for k in FROM_VLLM_CFG if k in llm_kwargs and k in text]
         return LocatedError(
-            None,
+            f"{VLLM_CFG}.{named[0]}" if named else None,
             where[0],
             where[1],
             f"vLLM {vllm.__version__}: {type(exc).__name__}: {text}"[:400],
