@@ -77,9 +77,12 @@ def test_key_error_on_a_copy_is_found_by_equality(reader) -> None:
 
 
 def test_other_errors_name_the_failing_line(reader) -> None:
+    """A failing check is located at its line; the config key its statement reads is named."""
     master = _config()
     err = locate(_raise(reader.check, master), master)
-    assert err.key is None and err.line == 13 and "seed must be positive" in err.message
+    assert err.line == 13 and "seed must be positive" in err.message
+    assert err.key == "grpo.seed" and "`grpo.seed`" in err.fix
+    assert locate(_raise(reader.check, master), {}).key is None  # no config to find it in
 
 
 def test_errors_outside_nemo_rl_are_not_located() -> None:
