@@ -27,8 +27,8 @@ pytestmark = [
 
 HIDDEN, INTER, HEADS, KV_HEADS, HEAD_DIM, VOCAB = 200, 300, 4, 2, 64, 260
 LAYERS = 3
-FP8_LAYERS = [False, True, True]  # num_first_layers_in_bf16: 1
-VLLM_CFG = {"precision": "fp8", "num_first_layers_in_bf16": 1}
+VLLM_CFG = {"precision": "fp8", "quantization_ignored_layer_kws": ["layers.0."]}  # layer 0 BF16
+FP8_LAYERS = [False, True, True]  # as vLLM builds it with that keyword
 
 
 def bf16_export(seed: int = 0) -> list[tuple[str, torch.Tensor]]:

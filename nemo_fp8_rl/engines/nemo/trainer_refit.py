@@ -39,26 +39,33 @@ from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 DRAFT_PREFIX = "draft."  # NeMo RL's prefix for trainer-owned draft-model weights
 NEMO_FP8_MODULE = "nemo_rl.models.generation.vllm.quantization.fp8"
 EXPANSION = "def _expand_grouped_moe_expert_to_fp8"
+NESTED_RANGES = "bf16_params.append(_get_params_in_layers"
 
 
-def nemo_rl_expands_grouped_experts() -> bool:
-    """Whether the NeMo RL in use expands grouped MoE expert slabs into per-expert FP8 pairs
-    (7ea279a does, v0.7.0 passes them on in BF16). Read from its source: importing that module
-    needs vLLM, which the Megatron worker's environment does not hold."""
+def nemo_rl_fp8_source() -> str:
+    """The source of the NeMo RL in use's vLLM FP8 module ('' without NeMo RL). Read, not
+    imported: importing it needs vLLM, which the Megatron worker's environment does not hold."""
     try:
         spec = importlib.util.find_spec(NEMO_FP8_MODULE)
     except ModuleNotFoundError:  # no NeMo RL at all
-        return False
+        return ""
     if spec is None or spec.origin is None:
-        return False
-    return EXPANSION in Path(spec.origin).read_text(encoding="utf-8")
+        return ""
+    return Path(spec.origin).read_text(encoding="utf-8")
 
 
 def rules_for_worker(cfg: Mapping[str, Any], num_layers: int) -> NemoFp8Rules:
-    """FP8 layout rules from a NeMo RL policy worker's config (`cfg["generation"]["vllm_cfg"]`)."""
+    """FP8 layout rules from a NeMo RL policy worker's config (`cfg["generation"]["vllm_cfg"]`),
+    for the NeMo RL in use: 7ea279a expands grouped MoE expert slabs per expert (v0.7.0 passes
+    them on in BF16), and v0.7.0 hands vLLM its BF16 layer ranges as a nested list vLLM never
+    matches (`bf16_params.append`, fp8.py:214), so there those keys decide nothing."""
     vllm_cfg = (cfg.get("generation") or {}).get("vllm_cfg") or {}
+    source = nemo_rl_fp8_source()
     return NemoFp8Rules.from_vllm_cfg(
-        vllm_cfg, num_layers, expand_grouped_experts=nemo_rl_expands_grouped_experts()
+        vllm_cfg,
+        num_layers,
+        expand_grouped_experts=EXPANSION in source,
+        bf16_layer_ranges_apply=NESTED_RANGES not in source,
     )
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
 from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
 from nemo_fp8_rl.engines.nemo.vllm_refit import GROUPED_SLABS, RefitPayloadError, check_refit_info
@@ -114,8 +115,10 @@ def refit_findings(
         ]
     export = export_shapes(hf_config)
     num_layers = int(hf_config["num_hidden_layers"])
-    policy = config["policy"]
-    _, entries = plan_layout(export, rules_for_worker(policy, num_layers))
+    try:
+        _, entries = plan_layout(export, rules_for_worker(config["policy"], num_layers))
+    except UserError as exc:  # the worker's prepare_refit_info would stop the same way
+        return [_error(tree, f"{exc.where}: {exc.what}", exc.fix)]
     metadata = {n: (t.shape, t.dtype) for n, t in shape_only(entries)}
     vllm = vllm_fp8_names(
         [n for n, _ in export], num_layers, list(qcfg.get("ignored_layers") or [])
