@@ -4,7 +4,7 @@ Scripts and CI read the outcome here instead of parsing the report's sentences. 
 run (or recipe group) that is compared with the reference, each with `outcome`:
 
 - `match`: one run per side, accuracy within `tolerance_points` of the reference;
-- `within_noise`: several seeds, the 95 % bootstrap interval of the gap contains 0;
+- `within_noise`: several seeds, the 95 % Student-t interval of the gap contains 0;
 - `higher` / `lower`: outside the tolerance (one run) or the interval excludes 0 (seeds);
 - `not_comparable`: neither validation accuracy nor reward was logged by both sides.
 
@@ -104,7 +104,7 @@ def groups_verdict(groups: GroupComparison, tolerance_points: float) -> dict[str
                     "high": _number(iv.high),
                     "n": iv.n,
                     "paired": gap.paired,
-                    "method": "95 % bootstrap interval of the mean difference",
+                    "method": f"95 % {iv.method} interval of the mean difference",
                 }
                 entry["outcome"] = (
                     "within_noise" if iv.contains(0.0) else _outcome(iv.estimate, 0.0)

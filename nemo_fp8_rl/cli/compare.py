@@ -10,7 +10,7 @@
   another comparison or files compare did not write is refused unless `--overwrite`).
 - Runs of one recipe over several seeds (`runs/<name>/seed-<k>`, from `train --seeds`; give the
   recipe's folder `runs/<name>` or the seed folders themselves): grouped by recipe, with mean and
-  95 % bootstrap interval per metric, differences paired by seed, verdicts that say "within
+  95 % Student-t interval per metric (n beside it), differences paired by seed, verdicts that say "within
   noise", and band plots (`nemo_fp8_rl.analysis.groups`, `nemo_fp8_rl.analysis.report_groups`); the per-run
   report of every seed goes to `--out/runs/`.
 """
@@ -42,7 +42,7 @@ inputs>; a folder holding another comparison, or files compare did not write, is
 unless --overwrite.
 
 Runs of one recipe over several seeds (runs/<name>/seed-<k>, from train --seeds; give the
-recipe's folder or the seed folders): grouped by recipe, with the mean and 95 % bootstrap
+recipe's folder or the seed folders): grouped by recipe, with the mean and 95 % Student-t
 interval per metric, differences paired by seed, verdicts that say within noise, and band
 plots; the report of every single run goes to <report folder>/runs/."""
 EXAMPLES = ["nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16 runs/grpo-tiny-qwen3-cpu-fp8 --json"]
