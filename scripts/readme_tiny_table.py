@@ -4,13 +4,16 @@
     uv run nemo_fp8_rl.train --recipe recipes/tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated.yaml
     uv run nemo_fp8_rl.train --recipe recipes/tiny/grpo-tiny-qwen3-cpu-fp8.yaml
     uv run python scripts/readme_tiny_table.py [--runs runs] [--write README.md]
+    uv run python scripts/readme_tiny_table.py --runs runs --archive kept-runs   # keep the data
 
-Reads `runs/grpo-tiny-qwen3-cpu-{bf16,fp8-uncalibrated,fp8}` (metrics.jsonl and recipe.yaml)
+Reads `runs/grpo-tiny-qwen3-cpu-{bf16,fp8-uncalibrated,fp8}` (metrics.jsonl and recipe.yaml;
+an archive made by `--archive` holds metrics.jsonl.gz instead)
 with `nemo_fp8_rl.analysis.rundata.load_run`, reduces them with `nemo_fp8_rl.analysis.compare.summarize_run` (the
 `nemo_fp8_rl.compare` summary columns), adds the calibration and shadow-pass rows, and prints a
 markdown block: the settings line (seed, steps, calibration schedule, read from the runs'
 recipes), the table, and what it does not show. `--write` replaces the block between the
-`<!-- tiny-table:begin -->` and `<!-- tiny-table:end -->` markers of that file.
+`<!-- tiny-table:begin -->` and `<!-- tiny-table:end -->` markers of that file (the README no
+longer holds such a block: a single-seed table is not part of the committed results).
 
 Every number is one run of one seed: there is no spread across seeds here.
 """
@@ -18,9 +21,12 @@ Every number is one run of one seed: there is no spread across seeds here.
 from __future__ import annotations
 
 import argparse
+import gzip
 import math
 import re
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -134,15 +140,26 @@ def rows(runs: list[RunData], summaries: list[RunSummary]) -> list[tuple[str, li
         ),
         ("calibrations that moved H; with H* at the cap", each(lambda r, s: _cap_cell(r))),
         (
-            "m: BF16-clipped negative-advantage tokens L* rests on, per calibration",
+            "m: BF16-clipped negative-advantage tokens per calibration window",
             each(lambda r, s: _range(_series(r, "train/calib_bf16_lower_count_neg"), "{:.0f}")),
+        ),
+        (
+            "M: the same, pooled over the windows L* rests on (until ≥ m_min); windows pooled",
+            each(
+                lambda r, s: (
+                    NONE
+                    if _series(r, "train/calib_low_pool_clipped") is None
+                    else f"{_range(_series(r, 'train/calib_low_pool_clipped'), '{:.0f}')}; "
+                    f"{_range(_series(r, 'train/calib_low_pool_windows'), '{:.0f}')}"
+                )
+            ),
         ),
         (
             "negative-advantage tokens per calibration",
             each(lambda r, s: _range(_series(r, "train/calib_n_neg"), "{:.0f}")),
         ),
         (
-            "width of the bootstrap 90 % interval of L*, per calibration",
+            "width of the distribution-free 90 % interval of L*, per calibration",
             each(lambda r, s: _range(_series(r, "train/calib_low_target_ci90_width"), "{:.3f}")),
         ),
         (
@@ -162,8 +179,12 @@ def rows(runs: list[RunData], summaries: list[RunSummary]) -> list[tuple[str, li
             each(lambda r, s: _pct_range(_series(r, "train/ratio_nmae"))),
         ),
         (
-            "**ratio amplification** = ratio NMAE ÷ probability NMAE: mean (range)",
+            "paper-style quotient = ratio NMAE ÷ probability NMAE (≈ 2 for one pass): mean (range)",
             each(lambda r, s: _mean_range(_series(r, "train/ratio_amplification"), "{:.2f}", "×")),
+        ),
+        (
+            "**compounding** = ratio NMAE ÷ single-pass ratio error (√2 independent, 0 cancel)",
+            each(lambda r, s: _mean_range(_series(r, "train/ratio_compounding"), "{:.2f}", "×")),
         ),
         (
             "per-token relative probability error ÷ probability NMAE (no ratio involved)",
@@ -222,9 +243,30 @@ def settings_line(runs: list[RunData]) -> str:
     )
 
 
+def _load(folder: Path) -> RunData:
+    """`load_run` of a run folder; a committed copy (metrics.jsonl.gz) is unpacked first."""
+    packed = folder / "metrics.jsonl.gz"
+    if not packed.exists():
+        return load_run(folder)
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copyfile(folder / "recipe.yaml", Path(tmp) / "recipe.yaml")
+        (Path(tmp) / "metrics.jsonl").write_bytes(gzip.decompress(packed.read_bytes()))
+        return load_run(Path(tmp), name=folder.name)
+
+
+def archive(run_root: Path, dest: Path) -> None:
+    """Copy what the table reads (recipe.yaml, metrics as reproducible gzip) into `dest`."""
+    for v, _ in VARIANTS:
+        src, out = run_root / f"grpo-tiny-qwen3-cpu-{v}", dest / f"grpo-tiny-qwen3-cpu-{v}"
+        out.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / "recipe.yaml", out / "recipe.yaml")
+        data = (src / "metrics.jsonl").read_bytes()
+        (out / "metrics.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+
+
 def render(run_root: Path) -> str:
     """The markdown block: settings, table, regeneration command."""
-    runs = [load_run(run_root / f"grpo-tiny-qwen3-cpu-{v}") for v, _ in VARIANTS]
+    runs = [_load(run_root / f"grpo-tiny-qwen3-cpu-{v}") for v, _ in VARIANTS]
     for run in runs:
         incomplete = [n for n in run.notes if "incomplete" in n]
         if incomplete:
@@ -239,9 +281,10 @@ def render(run_root: Path) -> str:
     lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows(runs, summaries)]
     lines += [
         "",
-        "Generated by `uv run python scripts/readme_tiny_table.py --write README.md` from the "
-        "three runs above; a dash means the run does not log the metric (the BF16 run has no "
-        "shadow pass, only the calibrated run has a calibrator).",
+        "Generated by `uv run python scripts/readme_tiny_table.py --runs <folder>` from the three "
+        "runs above (`--archive <folder> <dest>` keeps what it reads); a dash means the run does "
+        "not log the metric (the BF16 run has no shadow pass, only the calibrated run has a "
+        "calibrator).",
     ]
     return "\n".join(lines)
 
@@ -260,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="folder of the run dirs")
     parser.add_argument("--write", type=Path, help="file whose marked block is replaced")
+    parser.add_argument("--archive", type=Path, help="copy the runs' data into this folder")
     args = parser.parse_args(argv)
+    if args.archive:
+        archive(args.runs, args.archive)
+        return 0
     block = render(args.runs)
     if args.write:
         write_block(args.write, block)

@@ -180,12 +180,14 @@ def blocks(out: Path, seeds: list[int] | None = None) -> tuple[dict, list[dict],
 
 
 def archive(out: Path, dest: Path, meta: dict) -> None:
-    """Copy what the report reads from each run (metrics as reproducible gzip, wall time) and
-    the study's meta into `dest` (docs/study/runs): the committed data behind the tables."""
+    """Copy what the report reads from each finished run (metrics as reproducible gzip, wall
+    time) and the study's meta into `dest` (docs/study/runs): the committed data behind the
+    tables. A run without `study_wall_seconds.json` (unfinished or failed) is left out."""
     for name in NAMES:
         for seed in meta["seeds"]:
             run = out / name / f"seed-{seed}"
-            if analysis.metrics_file(run) is None:
+            wall = run / "study_wall_seconds.json"  # written when a run finished
+            if analysis.metrics_file(run) is None or not wall.exists():
                 continue
             target = dest / name / f"seed-{seed}"
             target.mkdir(parents=True, exist_ok=True)
@@ -195,9 +197,7 @@ def archive(out: Path, dest: Path, meta: dict) -> None:
                 gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f,
             ):
                 f.write(text.encode())
-            wall = run / "study_wall_seconds.json"
-            if wall.exists():
-                shutil.copyfile(wall, target / wall.name)
+            shutil.copyfile(wall, target / wall.name)
     (dest / META).write_text(json.dumps(meta, indent=1) + "\n")
 
 

@@ -17,8 +17,9 @@ k ≥ 1):
 - `calib_low_min`: lowest lower bound L in force; `calib_m_mean`: mean over calibrations of m,
   the BF16-clipped negative-advantage tokens of one window; `calib_pool_mean`: mean M, the
   clipped tokens L* rested on after pooling windows;
-- `warmup_steps`: supervised warm-up steps of the seed's starting policy; `wall_seconds` of the
-  run's process.
+- `warmup_steps`, `warmup_accuracy`: supervised warm-up steps of the seed's starting policy
+  (shipped in data/warmup/) and its held-out greedy accuracy; `wall_seconds` of the run's
+  process.
 Intervals over seeds (`analysis.stats`): Student-t of the mean; differences between recipes
 paired by seed (t-interval of the per-seed differences); quotients of shares as the geometric
 mean of per-seed quotients (t-interval of their logs). n is the number of seeds.
@@ -167,6 +168,7 @@ def summarize(run_dir: Path) -> dict[str, float]:
             )
         ),
         "warmup_steps": start.get("warmup/steps", math.nan),
+        "warmup_accuracy": start.get("warmup/accuracy", math.nan),
         "calib_low_min": min(
             (r["train/calib_low"] for r in train if r.get("train/calib_low") is not None),
             default=math.nan,

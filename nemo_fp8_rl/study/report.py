@@ -131,6 +131,7 @@ def markdown_per_seed(table: dict, names: list[str]) -> str:
     """Per-seed values (so that every interval can be checked by hand)."""
     keys = (
         "warmup_steps",
+        "warmup_accuracy",
         "val_start",
         "val_tail",
         "clip_lower_frac_neg",
