@@ -187,6 +187,10 @@ def _train(run_dir: Path, *extra: str, env: dict | None = None) -> subprocess.Co
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    os.environ.get("NEMO_FP8_RL_LOAD_TEST") != "1",
+    reason="holds the machine at load 12 for up to two hours; run with NEMO_FP8_RL_LOAD_TEST=1",
+)
 def test_launches_under_load(tmp_path) -> None:
     """The engine (Ray + both actors answering) starts 10 times of 10 while the machine is held
     at load >= 12 (`benchmarks/bench_ray_start.py`'s load holder); prints the waits."""
