@@ -1,0 +1,86 @@
+"""The numbers in README.md and docs/study/ are what the committed scripts write from the
+committed data: each generated block is regenerated here and compared with the file.
+
+- README.md and docs/study/README.md, study tables: `python -m nemo_fp8_rl.study --analyse-only
+  --out docs/study/runs` (per-step metrics of every run, `docs/study/runs/`);
+- docs/study/README.md, mechanism table: `scripts/fp8_mechanism.py --table
+  docs/study/mechanism.jsonl`;
+- README.md holds no single-seed tiny-run table (its runs are not committed);
+- the warm-up starting policies the study names are the shipped ones (`data/warmup/`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from nemo_fp8_rl.cli.common import invoke
+from nemo_fp8_rl.cli.study import main as study_main
+from nemo_fp8_rl.study.report import BEGIN, END
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _block(path: Path, begin: str, end: str) -> str:
+    text = path.read_text(encoding="utf-8")
+    found = re.findall(re.escape(begin) + r"\n(.*?)\n" + re.escape(end), text, re.DOTALL)
+    assert len(found) == 1, f"{path}: one {begin} … {end} block expected"
+    return found[0].strip()
+
+
+@pytest.fixture(scope="module")
+def study_report(tmp_path_factory) -> Path:
+    dest = tmp_path_factory.mktemp("study-report")
+    code = invoke(study_main, ["--analyse-only", "--out", str(ROOT / "docs/study/runs"),
+                               "--report", str(dest)])  # fmt: skip
+    assert code == 0
+    return dest
+
+
+def test_study_tables_in_docs_match_the_committed_runs(study_report):
+    generated = (study_report / "tables.md").read_text(encoding="utf-8").strip()
+    assert _block(ROOT / "docs/study/README.md", BEGIN, END) == generated
+
+
+def test_study_table_in_the_readme_matches_the_committed_runs(study_report):
+    from nemo_fp8_rl.cli.study import blocks, headline_block
+
+    _, rows, meta = blocks(ROOT / "docs/study/runs")
+    assert _block(ROOT / "README.md", BEGIN, END) == headline_block(rows, meta).strip()
+    results = json.loads((study_report / "results.json").read_text())
+    committed = json.loads((ROOT / "docs/study/results.json").read_text())
+    assert results == committed
+
+
+def test_mechanism_table_matches_the_committed_results():
+    mech = _script("fp8_mechanism")
+    table = mech.table(ROOT / "docs/study/mechanism.jsonl")
+    assert _block(ROOT / "docs/study/README.md", mech.BEGIN, mech.END) == table.strip()
+
+
+def test_the_readme_holds_no_table_without_committed_data():
+    assert "<!-- tiny-table:begin -->" not in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def test_study_runs_started_from_the_shipped_warmups():
+    from nemo_fp8_rl.study.analysis import read_records
+
+    shipped = {}
+    for meta in (ROOT / "data/warmup").glob("*/meta.json"):
+        info = json.loads(meta.read_text())
+        shipped[info["seed"]] = (info["steps"], info["accuracy"])
+    for run in (ROOT / "docs/study/runs").glob("*/seed-*"):
+        start = read_records(run)[0]
+        seed = int(run.name.split("-")[1])
+        assert (start["warmup/steps"], start["warmup/accuracy"]) == pytest.approx(shipped[seed])
