@@ -194,7 +194,8 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
             ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.2)
         ax.set_xlabel("GRPO step")
         ax.set_ylabel(label)
-        ax.legend(fontsize=7)
+        if ax.lines:  # a metric no run logged leaves an empty panel, without a legend
+            ax.legend(fontsize=7)
         fig.tight_layout()
         path = dest / (key.replace("/", "_") + ".png")
         fig.savefig(path, dpi=110)
