@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import torch
-from nemo_fp8_rl.runs.seeds import parse_seeds
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.project import LocalConfig
@@ -24,6 +23,7 @@ from nemo_fp8_rl.engines.local import warmup_store
 from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, untied_state
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import train_warmup
+from nemo_fp8_rl.runs.seeds import parse_seeds
 
 
 def build(local: LocalConfig, seed: int, out: Path, rebuild: bool) -> str:
