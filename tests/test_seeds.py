@@ -171,7 +171,7 @@ def test_sigterm_to_the_launcher_stops_its_children(tmp_path):
         time.sleep(0.05)
     assert child is not None
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    proc.communicate(timeout=600)
     assert proc.returncode != 0
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
     saved = json.loads((tmp_path / "seeds.json").read_text())["seeds"]

@@ -71,7 +71,7 @@ def cluster() -> None:
         ["sinfo", "-h", "-N", "-t", "idle,mixed,allocated", "-o", "%N"],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=300,
     )
     if proc.returncode != 0 or len(set(proc.stdout.split())) < 2:
         pytest.skip(f"need 2 responding Slurm nodes: {proc.stdout.strip()} {proc.stderr.strip()}")

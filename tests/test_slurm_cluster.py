@@ -46,7 +46,7 @@ def cluster() -> int:
         ["sinfo", "-h", "-N", "-t", "idle,mixed,allocated", "-o", "%N"],
         capture_output=True,
         text=True,
-        timeout=20,
+        timeout=300,
     )
     if proc.returncode != 0:
         pytest.skip(f"no Slurm cluster reachable: sinfo: {proc.stderr.strip()}")

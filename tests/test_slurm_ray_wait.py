@@ -52,7 +52,7 @@ def ray_head(monkeypatch):
         time.sleep(0.5)
     yield f"127.0.0.1:{port}"
     proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=60)
+    proc.wait(timeout=300)
     shutil.rmtree(tmp, ignore_errors=True)
 
 
