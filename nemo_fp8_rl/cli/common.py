@@ -73,6 +73,17 @@ class SubcommandParser(ArgumentParser):
         super().__init__(*args, top=False, **kw)
 
 
+def positive_int(text: str) -> int:
+    """An argparse type: a whole number >= 1 (`--num-problems`, `--jobs`)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """`--recipe R` plus trailing `dotted.key=value` and `~dotted.key` overrides."""
     parser.add_argument(

@@ -9,13 +9,12 @@ by NeMo RL's checkpoint converter and `examples/run_eval.py` on `math8` (see
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.evals.request import check_request, read_run_config
 from nemo_fp8_rl.evals.results import EvalResult, write_result
@@ -89,17 +88,6 @@ def evaluate_run(
     return path
 
 
-def _positive(text: str) -> int:
-    """A whole number >= 1 (`--num-problems`)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and evaluate; returns the exit code."""
     p = ArgumentParser(prog="nemo_fp8_rl.eval", description=DESCRIPTION, examples=EXAMPLES)
@@ -111,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--num-problems",
-        type=_positive,
+        type=positive_int,
         default=None,
         help="CPU suite: problems per benchmark (256)",
     )

@@ -18,7 +18,7 @@ import shutil
 import time
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.seeds import parse_seeds
@@ -41,16 +41,6 @@ EXAMPLES = [
 ]
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
-    return value
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     ap = ArgumentParser(
         prog="nemo_fp8_rl.study", description=__doc__.split("\n\n")[1], examples=EXAMPLES
@@ -60,7 +50,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default=None,
         help=f"seeds as in train --seeds: 1,2,3 or 1-5 or 1-3,7 (default {DEFAULT_SEEDS})",
     )
-    ap.add_argument("--jobs", type=_jobs, default=2, help="runs at a time, >= 1 (default 2)")
+    ap.add_argument("--jobs", type=positive_int, default=2, help="runs at a time, >= 1 (default 2)")
     ap.add_argument("--out", type=Path, default=Path("runs/study"), help="run folders")
     ap.add_argument("--report", type=Path, default=None, help="report folder (<out>/report)")
     ap.add_argument(
