@@ -18,25 +18,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
-from pathlib import Path
 
 import torch
 
-from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes
+from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS, hf_weight_shapes, recipe_model_config
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
-
-CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
-MODELS = {
-    "Llama-3.1-8B": "meta-llama--Llama-3.1-8B-Instruct.json",
-    "Qwen3-8B": "Qwen--Qwen3-8B-Base.json",
-    "Qwen3-4B": "Qwen--Qwen3-4B.json",
-    "Qwen3-30B-A3B": "Qwen--Qwen3-30B-A3B.json",
-}
 
 
 def wire_bytes(config: dict) -> tuple[int, int, float]:
@@ -90,12 +80,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=2, help="decoder layers timed per model")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    parser.add_argument("--models", default="Llama-3.1-8B,Qwen3-8B", help=", ".join(MODELS))
+    parser.add_argument("--models", default="llama-3.1-8b,qwen3-8b", help=", ".join(RECIPE_MODELS))
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     print("(a) bytes per refit, whole model (trainer = FP8 pairs + BF16 rest; generator = BF16)")
-    for model, file in MODELS.items():
-        trainer, generator, fp8_only = wire_bytes(json.loads((CONFIGS / file).read_text()))
+    for model in RECIPE_MODELS:
+        trainer, generator, fp8_only = wire_bytes(recipe_model_config(model))
         print(
             f"  {model:14s} trainer {trainer / 2**30:6.2f} GiB  generator {generator / 2**30:6.2f}"
             f" GiB  ratio {trainer / generator:.3f} (FP8 weights alone {fp8_only:.4f}; the rest,"
@@ -107,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         f"first {args.layers} layer(s), FP8 weights only, NeMo RL tree {args.nemo_rl_src}"
     )
     for model in args.models.split(","):
-        config = json.loads((CONFIGS / MODELS[model]).read_text())
+        config = recipe_model_config(model)
         r = time_quantizers(module, config, args.layers, args.repeat)
         per_layer = 1 / args.layers * config["num_hidden_layers"]
         print(

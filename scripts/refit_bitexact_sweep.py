@@ -19,25 +19,16 @@ Prints one line per model (tensors, elements, mismatches, seconds) and exits 1 o
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes
+from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS as MODELS
+from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, recipe_model_config
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
-
-CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
-MODELS = {
-    "llama-3.1-8b": "meta-llama--Llama-3.1-8B-Instruct.json",
-    "qwen3-8b": "Qwen--Qwen3-8B-Base.json",
-    "qwen3-4b": "Qwen--Qwen3-4B.json",
-    "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B.json",
-}
 
 
 def same_bits(
@@ -102,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     gen = torch.Generator().manual_seed(args.seed)
     failed = False
     for name in names:
-        config = json.loads((CONFIGS / MODELS[name]).read_text())
+        config = recipe_model_config(name)
         start = time.perf_counter()
         result = sweep_model(module, config, args.pow2, gen)
         seconds = time.perf_counter() - start

@@ -17,7 +17,6 @@ Every FP8 tensor of the four models: scripts/refit_bitexact_sweep.py.
 
 from __future__ import annotations
 
-import json
 import os
 import zlib
 from pathlib import Path
@@ -27,7 +26,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nemo_fp8_rl.refit.hf_shapes import layer_shapes
+from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS, layer_shapes, recipe_model_config
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules, expand_grouped_experts
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import (
@@ -38,13 +37,6 @@ from nemo_fp8_rl.refit.nemo_reference import (
 )
 
 SRC = os.environ.get("NEMO_RL_SRC")
-CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
-MODELS = {
-    "llama-3.1-8b": "meta-llama--Llama-3.1-8B-Instruct.json",
-    "qwen3-8b": "Qwen--Qwen3-8B-Base.json",
-    "qwen3-4b": "Qwen--Qwen3-4B.json",
-    "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B.json",
-}
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -74,8 +66,8 @@ def assert_same_bits(ours, theirs) -> None:
 
 def _distinct_layer_shapes() -> list[tuple[str, tuple[int, int]]]:
     seen: dict[tuple[int, int], str] = {}
-    for model, file in MODELS.items():
-        cfg = json.loads((CONFIGS / file).read_text())
+    for model in RECIPE_MODELS:
+        cfg = recipe_model_config(model)
         shapes = layer_shapes(cfg, 0)
         layout = NemoFp8Layout(shapes, NemoFp8Rules(num_layers=cfg["num_hidden_layers"]))
         for name in sorted(layout.fp8_names):
@@ -140,7 +132,7 @@ def test_special_blocks_and_last_element_padding(nemo, pow2: bool) -> None:
 def test_grouped_expert_expansion(nemo) -> None:
     if not hasattr(nemo, "_expand_grouped_moe_expert_to_fp8"):
         pytest.skip("this NeMo RL (v0.7.0) has no grouped-expert expansion: slabs pass as BF16")
-    cfg = json.loads((CONFIGS / MODELS["qwen3-30b-a3b"]).read_text())
+    cfg = recipe_model_config("qwen3-30b-a3b")
     hidden, inter, experts = cfg["hidden_size"], cfg["moe_intermediate_size"], 3
     g = torch.Generator().manual_seed(0)
     for key, shape in (

@@ -7,13 +7,11 @@ tests/test_nemo_refit_quant.py (contract suite, both vendored snapshots).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +19,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, layer_shapes
+from nemo_fp8_rl.refit.hf_shapes import (
+    hf_weight_shapes,
+    layer_shapes,
+    recipe_model_config,
+)
 from nemo_fp8_rl.refit.nemo_fp8 import (
     NemoFp8Layout,
     NemoFp8Rules,
@@ -35,17 +37,17 @@ from nemo_fp8_rl.refit.nemo_quant import (
     quantize_reference,
 )
 
-CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
+# per recipe model: parameter count, FP8 weights per decoder layer
 MODELS = {
-    "llama-3.1-8b": ("meta-llama--Llama-3.1-8B-Instruct.json", 8_030_261_248, 7),
-    "qwen3-8b": ("Qwen--Qwen3-8B-Base.json", 8_190_735_360, 7),
-    "qwen3-4b": ("Qwen--Qwen3-4B.json", 4_022_468_096, 7),
-    "qwen3-30b-a3b": ("Qwen--Qwen3-30B-A3B.json", 30_532_122_624, 4 + 1 + 3 * 128),
+    "llama-3.1-8b": (8_030_261_248, 7),
+    "qwen3-8b": (8_190_735_360, 7),
+    "qwen3-4b": (4_022_468_096, 7),
+    "qwen3-30b-a3b": (30_532_122_624, 4 + 1 + 3 * 128),
 }
 
 
 def config(model: str) -> dict:
-    return json.loads((CONFIGS / MODELS[model][0]).read_text())
+    return recipe_model_config(model)
 
 
 def bits(pair: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,7 +207,7 @@ def test_triton_kernel_arithmetic_in_the_interpreter() -> None:
 @pytest.mark.parametrize("model", MODELS)
 def test_shapes_from_config_and_fp8_names_per_layer(model: str) -> None:
     cfg = config(model)
-    _, params, fp8_per_layer = MODELS[model]
+    params, fp8_per_layer = MODELS[model]
     shapes = dict(hf_weight_shapes(cfg))
     assert sum(math.prod(s) for s in shapes.values()) == params  # the published size
     layout = NemoFp8Layout(shapes, NemoFp8Rules(num_layers=cfg["num_hidden_layers"]))

@@ -27,7 +27,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, layer_shapes
+from nemo_fp8_rl.refit.hf_shapes import (
+    RECIPE_MODELS,
+    hf_weight_shapes,
+    layer_shapes,
+    recipe_model_config,
+)
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl, quantize_reference
 
@@ -35,17 +40,8 @@ pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (gpu_check.sh)"),
 ]
-CONFIGS = Path(__file__).resolve().parents[1] / "nemo_fp8_rl/engines/nemo/model_configs"
-FILES = [
-    "meta-llama--Llama-3.1-8B-Instruct.json",
-    "Qwen--Qwen3-8B-Base.json",
-    "Qwen--Qwen3-4B.json",
-    "Qwen--Qwen3-30B-A3B.json",
-]
-
-
-def _config(file: str, **overrides) -> dict:
-    return {**json.loads((CONFIGS / file).read_text()), **overrides}
+FILES = list(RECIPE_MODELS)
+_config = recipe_model_config
 
 
 def _same(a, b) -> bool:

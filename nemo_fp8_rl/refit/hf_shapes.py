@@ -19,10 +19,27 @@ weights at the real shapes, a layer at a time:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 Shape = tuple[int, ...]
+
+# The `config.json` files shipped for the GPU recipes' models, and the four the recipes train,
+# by the short key scripts, benchmarks and tests use.
+MODEL_CONFIGS = Path(__file__).resolve().parents[1] / "engines" / "nemo" / "model_configs"
+RECIPE_MODELS = {
+    "llama-3.1-8b": "meta-llama--Llama-3.1-8B-Instruct.json",
+    "qwen3-8b": "Qwen--Qwen3-8B-Base.json",
+    "qwen3-4b": "Qwen--Qwen3-4B.json",
+    "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B.json",
+}
+
+
+def recipe_model_config(key: str, **overrides: Any) -> dict[str, Any]:
+    """The shipped `config.json` of a recipe model (`RECIPE_MODELS` key), with `overrides` set."""
+    return {**json.loads((MODEL_CONFIGS / RECIPE_MODELS[key]).read_text()), **overrides}
 
 
 def _attention(config: Mapping[str, Any]) -> dict[str, Shape]:
