@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.compare import main as compare_main
 from nemo_fp8_rl.cli.eval import main as eval_main
 from nemo_fp8_rl.cli.eval import read_run_config
@@ -96,11 +97,12 @@ def test_heldout_problems_were_not_trained_on_and_add3_is_harder(runs):
 
 
 def test_eval_errors_name_what_exists(runs, capsys):
-    assert eval_main(["--run", str(runs[0]), "--checkpoint", "step_99"]) == 2
+    """As the console script reports them (`invoke` prints the error line, exit code 2)."""
+    assert invoke(eval_main, ["--run", str(runs[0]), "--checkpoint", "step_99"]) == 2
     assert "has no step_99 (has: step_1, step_2)" in capsys.readouterr().err
-    assert eval_main(["--run", str(runs[0]), "--suite", "math8"]) == 2
+    assert invoke(eval_main, ["--run", str(runs[0]), "--suite", "math8"]) == 2
     assert "Fix: use --suite addition" in capsys.readouterr().err
-    assert eval_main(["--run", str(runs[0].parent / "nope")]) == 2
+    assert invoke(eval_main, ["--run", str(runs[0].parent / "nope")]) == 2
     assert "is not a run directory" in capsys.readouterr().err
 
 

@@ -314,12 +314,27 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     return run
 
 
+# Metrics that are NaN (or ±inf) by definition on a step with nothing to measure: the entropy
+# quartile shares when no token was clipped, the calibration balance when a sign had no token,
+# the FP8 ÷ BF16 clipped-token count when BF16 clipped none. Their non-finite points mean "none",
+# not a fault, so they get no note.
+NONE_IS_NAN = (
+    "train/overclip_share_entropy_q",
+    "train/clip_lower_share_entropy_q",
+    "train/calib_rho_",
+    "train/clip_ratio_fp8_vs_bf16",
+)
+
+
 def non_finite_note(run: RunData) -> str | None:
     """One note naming every metric with NaN, infinite or null points and how many of its
-    points they are (summaries, verdicts and plots use the finite points only); None if none."""
+    points they are (summaries, verdicts and plots use the finite points only); None if none.
+    Metrics that are NaN by definition when there is nothing to measure (`NONE_IS_NAN`) are not
+    named."""
     counts = {
         name: (int(np.count_nonzero(~np.isfinite(s.values))), len(s))
         for name, s in sorted(run.metrics.items())
+        if not name.startswith(NONE_IS_NAN)
     }
     bad = [f"{name} ({n} of {total})" for name, (n, total) in counts.items() if n]
     if not bad:
