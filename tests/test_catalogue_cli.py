@@ -19,7 +19,7 @@ import pytest
 import yaml
 from catalogue_cases import Case
 from catalogue_cli_cases import CASES, F, Q, T
-from test_catalogue import ERROR_LINE, prepare_case, tree_state
+from test_catalogue import ERROR_LINE, check_case_output, prepare_case, tree_state
 
 from nemo_fp8_rl.cli import compare, recipes, refit, submit, train
 from nemo_fp8_rl.cli import eval as eval_cli
@@ -57,17 +57,7 @@ def _prepare(case: Case, tmp_path: Path, monkeypatch) -> tuple[Path, list[str]]:
 
 def check_voice(case: Case, code: int, out: str, err: str, ws: Path) -> None:
     """Exit code, fragment, no traceback; a failure is one located error line with a fix."""
-    assert "Traceback" not in out + err, err
-    assert "internal error" not in err, err
-    assert code == case.code, (
-        f"exit {code}, expected {case.code}\nstdout: {out[-2000:]}\nstderr: {err}"
-    )
-    assert _fill(case.fragment, ws) in out + err, f"stdout: {out[-2000:]}\nstderr: {err}"
-    assert _fill(case.stdout, ws) in out, out[-2000:]
-    if code != 0:
-        assert err.startswith("error: ") or "\nerror: " in err, err
-        assert ERROR_LINE.search(err), f"not `error: <where>: <what>. Fix: <how>`:\n{err}"
-        assert "error:" not in out, f"the error went to stdout:\n{out}"
+    check_case_output(case, code, out, err, ws)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
