@@ -45,7 +45,23 @@ def _copied(ws: Workspace) -> None:
     copy_recipe(F, ws.root / "mine.yaml")
 
 
+TWO = "grpo.max_num_steps=2"
+
+
+def _seed_runs(finished: tuple[int, ...] = (), part_way: tuple[int, ...] = ()):
+    """`group/seed-<k>` runs of 2 steps: finished (checkpoint step_2) or stopped part-way
+    (checkpoint step_1 only)."""
+
+    def setup(ws: Workspace) -> None:
+        for seeds, saved in ((finished, (2,)), (part_way, (1,))):
+            for seed in seeds:
+                ws.run(f"group/seed-{seed}", overrides=(f"grpo.seed={seed}", TWO), steps=saved)
+
+    return setup
+
+
 SHOW = ("show", "{ws}/r.yaml")
+GROUP = ("--recipe", T, "--run-dir", "{ws}/group")
 
 # fmt: off
 CASES: list[Case] = [
@@ -101,5 +117,11 @@ CASES: list[Case] = [
     Case("cp-copy-loads", "train", ("--recipe", "{ws}/mine.yaml", "--dry-run"), 0, "", _copied, changes=True, stdout="name: mine"),
     # ---- seeds: one syntax ----------------------------------------------------------------------
     Case("seeds-space-list", "train", ("--recipe", T, "--seeds", "1 2 3", "--dry-run"), 2, "is not a seed or a range. Fix: give seeds as a comma-separated list"),
+    # ---- submit --seeds: planned per seed as train --seeds plans --------------------------------
+    Case("submit-seeds-over-single-run", "submit", (*GROUP, "--seeds", "1-2", "--dry-run"), 2, "holds a single-seed run (recipe.yaml), and --seeds would put seed-<k>/ folders inside it", lambda ws: ws.run("group")),
+    Case("submit-seeds-foreign-summary", "submit", (*GROUP, "--seeds", "1", "--dry-run"), 2, "seeds.json: not a seeds summary written by --seeds", lambda ws: ws.write("group/seeds.json", '{"runs": [1, 2]}')),
+    Case("submit-seeds-finished-kept", "submit", (*GROUP, "--seeds", "1-2", "--dry-run", TWO), 0, "1 seed(s) of group in one Slurm job array; kept (finished before): 1; start: 2", _seed_runs(finished=(1,)), stdout='#SBATCH --array="2"'),
+    Case("submit-seeds-all-kept", "submit", (*GROUP, "--seeds", "1-2", TWO), 0, "", _seed_runs(finished=(1, 2)), stdout="nothing to submit: every seed of group finished before"),
+    Case("submit-seeds-resume-per-seed", "submit", (*GROUP, "--seeds", "1-2", "--resume", "--dry-run", TWO), 0, "start: 1; resume: 2", _seed_runs(part_way=(2,)), stdout="SEED_RESUME=2\n"),
 ]
 # fmt: on

@@ -49,6 +49,15 @@ def test_seed_beyond_max_array_index_is_refused(tmp_path):
         build_job_spec(recipe, tmp_path / "g.yaml", flags={"seeds": [1, 5000]})
 
 
+def test_array_resumes_per_seed_only(tmp_path):
+    """An array's tasks resume through resume_seeds (seeds of the array), never all at once."""
+    recipe = load_recipe(RECIPE, run_dir=tmp_path / "g")
+    with pytest.raises(JobSpecError, match="a job array resumes per seed"):
+        build_job_spec(recipe, tmp_path / "g.yaml", flags={"seeds": [1, 2], "resume": True})
+    with pytest.raises(JobSpecError, match=r"resume_seeds: seed\(s\) 3 are not array tasks"):
+        build_job_spec(recipe, tmp_path / "g.yaml", flags={"seeds": [1, 2], "resume_seeds": [3]})
+
+
 def test_submit_seeds_dry_run_and_bad_input(capsys, tmp_path):
     args = ["--recipe", RECIPE, "--run-dir", str(tmp_path / "g"), "--dry-run"]
     assert submit_cli.main([*args, "--seeds", "1-2"]) == 0
@@ -61,6 +70,8 @@ def test_submit_seeds_dry_run_and_bad_input(capsys, tmp_path):
     (tmp_path / "g" / "seed-2" / "metrics.jsonl").write_text("")
     assert invoke(submit_cli.main, [*args, "--seeds", "1-2"]) == 2
     assert "seed-2: folder holds files that are not a run" in capsys.readouterr().err
+    assert invoke(submit_cli.main, [*args, "--seeds", "1", "--resume", "--overwrite"]) == 2
+    assert "--resume: continues a run and --overwrite starts it over" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")
@@ -114,6 +125,10 @@ def test_job_array_two_seeds_each_a_two_node_ray_job(cluster, tmp_path, capsys):
     # The two seeds differ (different init and sampling), so they are two distinct runs.
     one, two = (Path(group / f"seed-{s}" / "metrics.jsonl").read_text() for s in (1, 2))
     assert one != two
+    # the same command again: both seeds finished, so nothing is submitted
+    assert submit_cli.main([*args, "--seeds", "1-2", *FAST]) == 0
+    again = capsys.readouterr().out
+    assert "kept (finished before): 1, 2" in again and "Submitted" not in again
 
 
 def test_array_state_of_the_whole_array():

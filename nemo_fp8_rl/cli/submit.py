@@ -11,7 +11,9 @@
 
 With `--seeds` the job is a Slurm job array, one task per seed (task id = seed): each task is a
 complete job of its own (all its nodes, its own Ray cluster) training `<run dir>/seed-<k>` with
-`grpo.seed=<k>`. Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
+`grpo.seed=<k>`. Seeds are planned as `train --seeds` plans them (`nemo_fp8_rl.runs.seed_plan`):
+a seed whose run finished before is kept (left out of the array; all kept: nothing submitted),
+and with `--resume` only the tasks of seeds stopped part-way get `--resume`. Flags override the recipe's `slurm` section; trailing `dotted.key=value` overrides change the
 recipe itself (checked by its schema) and are frozen into the copy the job trains with.
 Before `sbatch`, the recipe's launch is rehearsed through NeMo RL's setup code on CPU (the
 preflight of `nemo_fp8_rl.train --preflight`) where NeMo RL is importable; a failing recipe is
@@ -205,15 +207,22 @@ def run_submit(args: argparse.Namespace) -> int:
                 "goes with --eval RUN (a job that evaluates a run), not with --recipe",
                 f"add --eval RUN to evaluate a run, or drop {flag}",
             )
+    if args.resume and args.overwrite:
+        raise UsageError(
+            "--resume", "continues a run and --overwrite starts it over", "give one of them"
+        )
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
-    seeds = _check_seeds(recipe, args) if args.seeds is not None else None
     flags = {
         **_job_flags(args),
         "nodes": args.nodes,
         "resume": args.resume or None,
-        "seeds": seeds,
         "overwrite": args.overwrite or None,
     }
+    if args.seeds is not None:
+        array = _array_flags(recipe, args)
+        if array is None:
+            return 0
+        flags.update(array)
     log_root = Path(recipe.run_dir).absolute() / "slurm"
     spec = build_job_spec(recipe, log_root / f"{recipe.name}.yaml", flags=flags)
     script = render_sbatch(spec, args.template)
@@ -249,19 +258,39 @@ def run_submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _check_seeds(recipe, args: argparse.Namespace) -> list[int]:
-    """Parse --seeds and check every seed's recipe and run directory before anything is written."""
-    from nemo_fp8_rl.runs.rundir import check_owner
-    from nemo_fp8_rl.runs.seeds import SEED_KEY, check_overrides, parse_seeds, seed_run_dir
+def _plan_seeds(recipe, args: argparse.Namespace) -> dict[int, str]:
+    """Parse --seeds, check the group folder and every seed's recipe and run directory, and
+    print the plan (`train --seeds`'s line; on stderr with --dry-run, whose stdout is the script).
+
+    Returns each seed's action (`nemo_fp8_rl.runs.seed_plan`): start, resume, overwrite, or keep
+    for a seed whose run finished before (left out of the array).
+    """
+    from nemo_fp8_rl.runs.seed_plan import check_group, plan_line, seed_actions
+    from nemo_fp8_rl.runs.seeds import check_overrides, parse_seeds
 
     seeds = parse_seeds(args.seeds)
     check_overrides(args.overrides)
-    for seed in seeds:
-        run_dir = seed_run_dir(recipe.run_dir, seed)
-        seeded = load_recipe(recipe.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
-        if not args.resume:
-            check_owner(run_dir, seeded.config, overwrite=args.overwrite)
-    return seeds
+    check_group(recipe.run_dir)
+    actions = seed_actions(
+        recipe, seeds, args.overrides, resume=args.resume, overwrite=args.overwrite
+    )
+    line = plan_line(recipe.run_dir, actions, "in one Slurm job array")
+    print(line, file=sys.stderr if args.dry_run else sys.stdout)
+    return actions
+
+
+def _array_flags(recipe, args: argparse.Namespace) -> dict[str, Any] | None:
+    """The job array's `seeds` and `resume_seeds` flags from the plan; None (said on stdout)
+    when every seed finished before and there is nothing to submit."""
+    actions = _plan_seeds(recipe, args)
+    if all(action == "keep" for action in actions.values()):
+        print(f"nothing to submit: every seed of {Path(recipe.run_dir).name} finished before")
+        return None
+    return {
+        "resume": None,  # an array resumes per seed: the tasks in resume_seeds
+        "seeds": [s for s, a in actions.items() if a != "keep"],
+        "resume_seeds": [s for s, a in actions.items() if a == "resume"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

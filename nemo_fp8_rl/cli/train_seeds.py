@@ -45,8 +45,9 @@ def add_seed_args(parser: argparse.ArgumentParser) -> None:
 def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     """Load and check every seed's recipe; returns (group dir, child commands, engine).
 
-    Seeds whose run finished in an earlier launch get no command; `args.kept` lists them
-    (`nemo_fp8_rl.runs.seed_plan` decides, per seed, to start, resume, start over or keep).
+    Seeds whose run finished in an earlier launch get no command; `args.kept` lists them and
+    `args.actions` holds every seed's action (`nemo_fp8_rl.runs.seed_plan` decides, per seed,
+    to start, resume, start over or keep).
 
     Raises:
         SeedSpecError: bad --seeds / --parallel, or a grpo.seed override.
@@ -57,7 +58,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     """
     from nemo_fp8_rl.engines.choose import choose_engine
     from nemo_fp8_rl.runs.lock import check_free
-    from nemo_fp8_rl.runs.seed_plan import check_group, seed_action
+    from nemo_fp8_rl.runs.seed_plan import check_group, seed_actions
 
     seeds = parse_seeds(args.seeds)
     if args.parallel < 1:
@@ -67,35 +68,33 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     group = base.run_dir
     check_group(group)
     check_free(group)
-    commands: dict[int, list[str]] = {}
-    args.kept = []
     engine = choose_engine(base, args.engine)
-    for seed in seeds:
-        run_dir = seed_run_dir(group, seed)
-        recipe = load_recipe(base.path, [*args.overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
-        action = seed_action(run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite)
-        if action == "keep":
-            args.kept.append(seed)
-            continue
-        commands[seed] = train_command(
+    args.actions = seed_actions(
+        base, seeds, args.overrides, resume=args.resume, overwrite=args.overwrite
+    )
+    args.kept = [seed for seed, action in args.actions.items() if action == "keep"]
+    commands = {
+        seed: train_command(
             base.path,
-            run_dir,
+            seed_run_dir(group, seed),
             seed,
             args.overrides,
             engine=engine,
             resume=action == "resume",
             overwrite=action == "overwrite",
         )
+        for seed, action in args.actions.items()
+        if action != "keep"
+    }
     return group, commands, engine
 
 
 def main_seeds(args: argparse.Namespace) -> int:
     """Plan, then run (or with --dry-run print) every seed; print the per-seed summary."""
     group, commands, engine = plan(args)  # a bad seed list, run dir or engine: its error line
-    print(
-        f"{len(commands)} seed(s) of {group.name} on the {engine} engine, {args.parallel} at a time"
-        + (f"; kept (finished before): {', '.join(map(str, args.kept))}" if args.kept else "")
-    )
+    from nemo_fp8_rl.runs.seed_plan import plan_line
+
+    print(plan_line(group, args.actions, f"on the {engine} engine, {args.parallel} at a time"))
     if args.dry_run:
         for seed, cmd in commands.items():
             print(f"seed {seed}: {shlex.join(cmd)}")

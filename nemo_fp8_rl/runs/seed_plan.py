@@ -11,14 +11,21 @@ single-seed run, and its `seeds.json`, if any, one this launcher wrote. Then, pe
 
 so the same `--seeds 1-3` command, run again after a seed was killed before its first step,
 finishes the missing seed, and `--resume` finishes one killed part-way, keeping the others.
+`train --seeds` and `submit --seeds` (a Slurm job array) both plan with `seed_actions` and say
+what they will do with `plan_line`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
+from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, run_progress
-from nemo_fp8_rl.runs.seeds import read_summary
+from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_run_dir
+
+ACTIONS = ("start", "resume", "overwrite")  # the actions that train a seed (`keep` does not)
 
 
 def check_group(group: Path) -> None:
@@ -66,3 +73,36 @@ def seed_action(run_dir: Path, config: dict, *, resume: bool, overwrite: bool) -
     )
     check_owner(run_dir, config, resume=finished or resume)
     return "keep" if finished else "resume"
+
+
+def seed_actions(
+    base: Any, seeds: Sequence[int], overrides: Sequence[str], *, resume: bool, overwrite: bool
+) -> dict[int, str]:
+    """Each seed's action (`seed_action`) for the recipe `base` with `overrides`, in seed order.
+
+    Every seed's recipe (`overrides` plus `grpo.seed=<k>`) is loaded and its folder
+    `<base.run_dir>/seed-<k>` checked before the first seed's action is returned, so a bad key
+    or a foreign folder fails for the whole launch. The group folder is checked by `check_group`.
+    """
+    actions: dict[int, str] = {}
+    for seed in seeds:
+        run_dir = seed_run_dir(base.run_dir, seed)
+        recipe = load_recipe(base.path, [*overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
+        actions[seed] = seed_action(run_dir, recipe.config, resume=resume, overwrite=overwrite)
+    return actions
+
+
+def plan_line(group: Path, actions: dict[int, str], how: str) -> str:
+    """`<n> seed(s) of <group> <how>; kept (finished before): 1; start: 2, 3; resume: 4`.
+
+    `n` counts the seeds that train (every action but `keep`); an action with no seed is left out.
+    """
+
+    def seeds_of(action: str) -> str:
+        return ", ".join(str(s) for s, a in actions.items() if a == action)
+
+    trained = sum(a != "keep" for a in actions.values())
+    parts = [f"{trained} seed(s) of {Path(group).name} {how}"]
+    labels = {"keep": "kept (finished before)", **{a: a for a in ACTIONS}}
+    parts += [f"{label}: {seeds_of(a)}" for a, label in labels.items() if seeds_of(a)]
+    return "; ".join(parts)

@@ -112,6 +112,7 @@ def settings(spec: JobSpec) -> list[str]:
         "EVAL_DATA_DIR": spec.eval_data_dir,
         "LOG_ROOT": str(spec.log_root),
         "SEED_ARRAY": "1" if spec.is_array else "",
+        "SEED_RESUME": " ".join(map(str, spec.resume_seeds)),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))

@@ -56,6 +56,7 @@ class JobSpec:
     eval_data_dir: str = ""
     seeds: tuple[int, ...] = ()
     overwrite: bool = False
+    resume_seeds: tuple[int, ...] = ()  # the array tasks that continue their seed's run
 
     @property
     def log_root(self) -> Path:
@@ -166,7 +167,8 @@ def build_job_spec(
 
     Flags (`account`, `partition`, `time`, `container`, `mounts`, `job_name`, `resume`,
     `overwrite`) override the recipe's `slurm` section; a `seeds` flag (a list) makes the job an
-    array, one task per seed. Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
+    array, one task per seed, and `resume_seeds` (a subset) names the tasks that continue their
+    seed's run (an array resumes per seed, so `resume` is refused with `seeds`). Nodes and GPUs come from `cluster`; the `nodes` flag may ask for
     more nodes than `cluster.num_nodes` for a CPU recipe (to spread the embedded engine's Ray
     actors over several nodes), never fewer, and never more for a GPU recipe (`_job_nodes`).
     Without a container the job puts the submitting interpreter's directory first on PATH
@@ -212,8 +214,9 @@ def build_job_spec(
         eval_data_dir=_eval_value(cfg.get("eval_data_dir"), "--data-dir"),
         seeds=_array_seeds(cfg.get("seeds") or ()),
         overwrite=bool(cfg.get("overwrite", False)),
+        resume_seeds=tuple(sorted(set(cfg.get("resume_seeds") or ()))),
     )
-    return check_paths(spec)
+    return check_resume(check_paths(spec))
 
 
 MAX_ARRAY_INDEX = 1000  # Slurm's default MaxArraySize is 1001: task ids 0..1000
@@ -228,6 +231,24 @@ def _array_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
             f"MaxArraySize allows 0-{MAX_ARRAY_INDEX}). Fix: use seeds up to {MAX_ARRAY_INDEX}"
         )
     return out
+
+
+def check_resume(spec: JobSpec) -> JobSpec:
+    """An array resumes the seeds in `resume_seeds` only (each one of its tasks); a single job
+    resumes with `resume`."""
+    if spec.is_array and spec.resume:
+        raise JobSpecError(
+            "--resume: a job array resumes per seed. Fix: name the seeds to resume in "
+            "resume_seeds (nemo_fp8_rl.submit --seeds --resume does)"
+        )
+    stray = sorted(set(spec.resume_seeds) - set(spec.seeds))
+    if stray:
+        raise JobSpecError(
+            f"resume_seeds: seed(s) {', '.join(map(str, stray))} are not array tasks "
+            f"(--seeds {', '.join(map(str, spec.seeds)) or 'not given'}). Fix: resume only "
+            "seeds of the array"
+        )
+    return spec
 
 
 def _job_nodes(flag: Any, num_nodes: Any, gpus_per_node: Any) -> int:
