@@ -42,7 +42,8 @@ by its schema) and are frozen into the copy the job trains with. With --seeds th
 Slurm job array, one task per seed (task id = seed), each training <run dir>/seed-<k>;
 seeds are planned as train --seeds plans them (finished seeds kept out of the array, --resume
 only for seeds stopped part-way). Before sbatch, a GPU recipe's launch is rehearsed through
-NeMo RL's setup code on CPU where NeMo RL is installed; a recipe that fails the rehearsal is not submitted (exit 2).
+NeMo RL's setup code on CPU where NeMo RL is installed; a recipe that fails the rehearsal is
+not submitted (exit 2).
 
 With --eval RUN the job evaluates a finished run instead (one node, nemo_fp8_rl.eval).
 
