@@ -117,6 +117,35 @@ def test_second_train_in_a_locked_run_dir_is_refused(tmp_path, monkeypatch, caps
     lock.release(run_dir)
 
 
+def test_nemo_engine_takes_the_same_run_dir_lock(tmp_path, monkeypatch) -> None:
+    """The NeMo RL engine refuses a run dir another process trains in, before it looks for NeMo
+    RL or writes anything, and leaves the lock free when it stops."""
+    from nemo_fp8_rl.engines.nemo import runner
+
+    run_dir = tmp_path / "gpu-run"
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", run_dir=run_dir)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(run_dir)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(lock.RunDirBusy, match=f"pid {holder.pid}"):
+            runner.run(recipe)
+        assert sorted(p.name for p in run_dir.iterdir()) == [lock.LOCK_NAME]
+    finally:
+        holder.kill()
+        holder.wait()
+
+    def no_nemo_rl():
+        raise RuntimeError("no NeMo RL (stand-in for compat.require_supported)")
+
+    monkeypatch.setattr(runner.compat, "require_supported", no_nemo_rl)
+    with pytest.raises(RuntimeError, match="stand-in"):
+        runner.run(recipe)  # stops after taking the lock; the lock must be free again
+    lock.hold(run_dir)
+    lock.release(run_dir)
+
+
 # ---- seeds.json -------------------------------------------------------------------------------
 
 

@@ -36,7 +36,7 @@ from nemo_fp8_rl.engines.nemo.refit_workers import (
 )
 from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
-from nemo_fp8_rl.runs import rundir
+from nemo_fp8_rl.runs import lock, rundir
 
 
 class EngineConfigError(ValueError):
@@ -268,8 +268,9 @@ def run(
     """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
 
     Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
-    RL) before anything is started. `progress` is accepted for symmetry with the embedded
-    engine; NeMo RL prints its own progress.
+    RL) before anything is started, and `lock.RunDirBusy` while another process trains in the
+    run dir (the lock is held until this returns). `progress` is accepted for symmetry with
+    the embedded engine; NeMo RL prints its own progress.
     """
     problems = check_recipe(recipe)
     if problems:
@@ -277,10 +278,15 @@ def run(
             f"{recipe.name} cannot run on the NeMo RL engine:\n"
             + "\n".join(f"  - {p}" for p in problems)
         )
-    info = compat.require_supported()
-    run_dir = prepare_run_dir(recipe, resume, overwrite)
-    write_environment(run_dir, info)
-    export_package_path(run_dir)
-    print(f"{info.describe()}; run dir {run_dir}", flush=True)
-    _train(recipe, run_dir, _prepare_nemo(recipe))
+    locked = Path(recipe.run_dir).resolve()
+    lock.hold(locked)  # one training process per run dir, as on the embedded engine
+    try:
+        info = compat.require_supported()
+        run_dir = prepare_run_dir(recipe, resume, overwrite)
+        write_environment(run_dir, info)
+        export_package_path(run_dir)
+        print(f"{info.describe()}; run dir {run_dir}", flush=True)
+        _train(recipe, run_dir, _prepare_nemo(recipe))
+    finally:
+        lock.release(locked)
     return run_dir
