@@ -105,6 +105,18 @@ def test_citations_follow_the_pinned_vllm(tmp_path):
     assert err.line == 0  # a version whose source was not read: the file, no line
 
 
+def test_pinned_te_is_the_highest_transformer_engine_pin(tmp_path):
+    from nemo_fp8_rl.engines.nemo.preflight.megatron_checks import pinned_te
+
+    (tmp_path / "pyproject.toml").write_text(
+        '"transformer-engine[pytorch] @ git+https://github.com/NVIDIA/TransformerEngine.git@v2.14.1",\n'
+        '"transformer-engine[pytorch]==2.9.0",\n'
+        '"vllm==0.25.1",\n'
+    )
+    assert pinned_te(tmp_path) == "2.14.1"  # compared as numbers, not as text
+    assert pinned_te(tmp_path / "absent") is None
+
+
 @pytest.mark.slow  # importing megatron-core takes minutes on a loaded machine
 def test_transformer_config_runs_megatron_core_validation(tmp_path):
     pytest.importorskip("megatron.core")

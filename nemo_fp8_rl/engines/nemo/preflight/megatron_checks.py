@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError, locate
+from nemo_fp8_rl.engines.nemo.preflight.pins import pinned_versions
 from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, StandIn, installed
 
 STOOD_IN = (
@@ -70,10 +71,11 @@ SAME_NAME = (
 
 def pinned_te(nemo_rl_tree: Path) -> str | None:
     """The highest Transformer Engine version NeMo RL's pyproject.toml names (its override pin)."""
-    path = nemo_rl_tree / "pyproject.toml"
-    text = path.read_text() if path.is_file() else ""
-    found = re.findall(r"TransformerEngine\.git@(?:release_)?v(\d+(?:\.\d+)+)", text)
-    found += re.findall(r"transformer-engine[^\"=]*==(\d+(?:\.\d+)+)", text)
+    found = pinned_versions(
+        nemo_rl_tree,
+        r"TransformerEngine\.git@(?:release_)?v(\d+(?:\.\d+)+)",
+        r"transformer-engine[^\"=]*==(\d+(?:\.\d+)+)",
+    )
     return max(found, key=lambda v: tuple(int(p) for p in v.split("."))) if found else None
 
 

@@ -18,12 +18,12 @@ tree pins in its pyproject.toml; `CITED` holds the lines, read from vLLM 0.20.0 
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
+from nemo_fp8_rl.engines.nemo.preflight.pins import pinned_versions
 
 VLLM_CFG = "policy.generation.vllm_cfg"
 # LLM(...) arguments NeMo RL's vLLM worker takes from vllm_cfg under the same name
@@ -65,9 +65,8 @@ POSITION_KEYS = (
 
 def pinned_vllm(nemo_rl_tree: Path) -> str | None:
     """The vLLM version NeMo RL's pyproject.toml pins (`vllm==X`), or None."""
-    path = nemo_rl_tree / "pyproject.toml"
-    found = re.search(r"\bvllm==([0-9][0-9a-z.]*)", path.read_text()) if path.is_file() else None
-    return found.group(1) if found else None
+    found = pinned_versions(nemo_rl_tree, r"\bvllm==([0-9][0-9a-z.]*)")
+    return found[0] if found else None
 
 
 def cite(check: str, version: str | None) -> tuple[str, int]:
