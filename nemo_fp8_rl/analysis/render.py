@@ -7,8 +7,8 @@ console table is drawn.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
-from typing import Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -17,6 +17,9 @@ class HasValues(Protocol):
     """Anything drawn on a panel: a curve or a band, with the values its y range must show."""
 
     values: np.ndarray
+
+
+T = TypeVar("T")
 
 
 def panel_figure(n: int, width: float, height: float, wspace: float):
@@ -48,6 +51,43 @@ def style_axes(ax, curves: Sequence[HasValues]) -> None:
             center = 0.5 * (low + high)
             pad = max(0.02 * abs(center), 1e-12)
             ax.set_ylim(center - pad, center + pad)
+
+
+def draw_panels(
+    title: str,
+    labels: Sequence[tuple[str, str]],
+    panels: Sequence[Sequence[T]],
+    draw: Callable[[Any, str, str, T], HasValues],
+    size: tuple[float, float, float],
+    legend_size: int,
+    empty_color: str | None = None,
+):
+    """A figure with one panel per `(metric, y label)` of `labels`, step on the x axis.
+
+    `draw(ax, metric, color, item)` draws one item of a panel in its color (`C0`, `C1`, ...) and
+    returns the values the y range must show (`style_axes`); a panel without items says its
+    metric was not logged. `size`: each panel's width and height (inches) and the spacing.
+    """
+    fig, axes = panel_figure(len(panels), *size)
+    for ax, (metric, label), items in zip(axes, labels, panels, strict=True):
+        style_axes(ax, [draw(ax, metric, f"C{index}", item) for index, item in enumerate(items)])
+        ax.set_xlabel("step")
+        ax.set_ylabel(label)
+        ax.grid(True, alpha=0.3)
+        if items:
+            ax.legend(fontsize=legend_size)
+        else:
+            ax.text(
+                0.5,
+                0.5,
+                f"{metric}\nnot logged",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                color=empty_color,
+            )
+    fig.suptitle(title)
+    return fig
 
 
 def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
-from nemo_fp8_rl.analysis.render import html_table, md_table, panel_figure, rich_table, style_axes
+from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table
 
 MISSING = "-"
 
@@ -150,39 +150,22 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
 
     `surges` maps run name to surge step; it is drawn as a dotted vertical line on entropy panels.
     """
-    fig, axes = panel_figure(len(panels), 5.0, 3.4, 0.32)
-    for ax, (metric, label), curves in zip(axes, spec.panels, panels, strict=True):
-        for index, curve in enumerate(curves):
-            color = f"C{index}"
-            ax.plot(
-                curve.steps,
-                curve.values,
-                label=curve.run,
-                color=color,
-                lw=1.2,
-                marker="o" if curve.steps.size < 30 else None,
-                ms=3,
-            )
-            if metric == "train/entropy" and surges and curve.run in surges:
-                ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
-        style_axes(ax, curves)
-        ax.set_xlabel("step")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        if curves:
-            ax.legend(fontsize=8)
-        else:
-            ax.text(
-                0.5,
-                0.5,
-                f"{metric}\nnot logged",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                color="gray",
-            )
-    fig.suptitle(spec.title)
-    return fig
+
+    def draw(ax, metric: str, color: str, curve: Curve) -> Curve:
+        ax.plot(
+            curve.steps,
+            curve.values,
+            label=curve.run,
+            color=color,
+            lw=1.2,
+            marker="o" if curve.steps.size < 30 else None,
+            ms=3,
+        )
+        if metric == "train/entropy" and surges and curve.run in surges:
+            ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
+        return curve
+
+    return draw_panels(spec.title, spec.panels, panels, draw, (5.0, 3.4, 0.32), 8, "gray")
 
 
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:

@@ -21,7 +21,7 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.analysis.render import html_table, md_table, panel_figure, rich_table, style_axes
+from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
 EMA_ALPHA = 0.2
@@ -140,25 +140,14 @@ def band_data(comparison: GroupComparison, spec: PlotSpec) -> list[list[Band]]:
 
 def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
     """One figure (no pyplot state): per panel a line per recipe and its shaded interval."""
-    fig, axes = panel_figure(len(panels), 5.5, 3.6, 0.3)
-    for ax, (metric, label), bands in zip(axes, spec.panels, panels, strict=True):
-        for index, b in enumerate(bands):
-            color = f"C{index}"
-            ax.plot(b.steps, b.mean, color=color, lw=1.3, label=b.label)
-            if np.isfinite(b.low).any():
-                ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
-        style_axes(ax, [_AsCurve(b.mean[np.isfinite(b.mean)]) for b in bands])
-        ax.set_xlabel("step")
-        ax.set_ylabel(label)
-        ax.grid(True, alpha=0.3)
-        if bands:
-            ax.legend(fontsize=7)
-        else:
-            ax.text(
-                0.5, 0.5, f"{metric}\nnot logged", ha="center", va="center", transform=ax.transAxes
-            )
-    fig.suptitle(spec.title)
-    return fig
+
+    def draw(ax, metric: str, color: str, b: Band) -> _AsCurve:
+        ax.plot(b.steps, b.mean, color=color, lw=1.3, label=b.label)
+        if np.isfinite(b.low).any():
+            ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
+        return _AsCurve(b.mean[np.isfinite(b.mean)])
+
+    return draw_panels(spec.title, spec.panels, panels, draw, (5.5, 3.6, 0.3), 7)
 
 
 @dataclass(frozen=True)
