@@ -17,16 +17,8 @@ import numpy as np
 import pytest
 import yaml
 
-from nemo_fp8_rl.analysis.compare import (
-    FORCED,
-    TAIL_STEPS,
-    align,
-    compare_runs,
-    diff_configs,
-    group_of,
-    precision_of,
-    speedup,
-)
+from nemo_fp8_rl.analysis.compare import TAIL_STEPS, align, compare_runs, speedup
+from nemo_fp8_rl.analysis.recipe_diff import FORCED, diff_configs, group_of, precision_of
 from nemo_fp8_rl.analysis.rundata import RunReadError, load_run, read_event_file, read_jsonl
 from nemo_fp8_rl.cli.compare import main
 from nemo_fp8_rl.config import load_recipe

@@ -12,7 +12,8 @@ import math
 import numpy as np
 import pytest
 
-from nemo_fp8_rl.analysis.compare import compare_runs, precision_of
+from nemo_fp8_rl.analysis.compare import compare_runs
+from nemo_fp8_rl.analysis.recipe_diff import precision_of
 from nemo_fp8_rl.analysis.report import PLOTS, plot_data, write_report
 from nemo_fp8_rl.analysis.rundata import load_run
 from nemo_fp8_rl.cli.compare import main

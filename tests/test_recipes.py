@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from nemo_fp8_rl.analysis.compare import FORCED
+from nemo_fp8_rl.analysis.recipe_diff import FORCED
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
 from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 

@@ -167,7 +167,7 @@ def test_near_constant_metric_gets_a_readable_axis():
 def test_terminal_recipe_diff_lines():
     from rich.console import Console
 
-    from nemo_fp8_rl.analysis.compare import diff_configs
+    from nemo_fp8_rl.analysis.recipe_diff import diff_configs
     from nemo_fp8_rl.analysis.report import print_diff
 
     diff = diff_configs(

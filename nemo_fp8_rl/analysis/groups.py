@@ -26,9 +26,9 @@ from nemo_fp8_rl.analysis.compare import (
     TAIL_STEPS,
     Column,
     align,
-    diff_configs,
     summarize_run,
 )
+from nemo_fp8_rl.analysis.recipe_diff import diff_configs
 from nemo_fp8_rl.analysis.rundata import RunData
 from nemo_fp8_rl.runs.seeds import seed_of_dir
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison, RecipeDiff
+from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison
+from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff
 from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table
 
 MISSING = "-"

@@ -102,7 +102,7 @@ def compare_recipes(
     refs: list[str], overrides: list[str], out: Path | None, overwrite: bool = False
 ) -> int:
     """Load each recipe (with the overrides) and print the grouped diff and any fairness warning."""
-    from nemo_fp8_rl.analysis.compare import diff_configs
+    from nemo_fp8_rl.analysis.recipe_diff import diff_configs
     from nemo_fp8_rl.analysis.report import print_diff, render_diff_markdown
     from nemo_fp8_rl.analysis.report_folder import claim
     from nemo_fp8_rl.config import load_recipe, short_name

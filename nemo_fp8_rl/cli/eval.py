@@ -38,7 +38,7 @@ def evaluate_run(
     num_problems: int | None = None,
 ) -> Path:
     """Check every argument (`evals.request`), then evaluate and write; returns the result file."""
-    from nemo_fp8_rl.analysis.compare import precision_of
+    from nemo_fp8_rl.analysis.recipe_diff import precision_of
 
     request = check_request(run_dir, checkpoint, suite_name, data_dir)
     config, engine, suite, selection = (
