@@ -15,6 +15,7 @@ from nemo_fp8_rl.cli import train as train_cli
 from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.engines.nemo.preflight.located import (
     LocatedError,
+    innermost_in,
     locate,
     render_report,
     with_default_fix,
@@ -90,6 +91,25 @@ def test_errors_outside_nemo_rl_are_not_located() -> None:
         {}["x"]
     except KeyError as exc:
         assert locate(exc, {}) is None
+
+
+def test_library_refusals_are_located_at_the_innermost_library_frame(tmp_path) -> None:
+    """megatron-core's and vLLM's own checks: the deepest frame under the library's folder."""
+    folder = tmp_path / "megatron" / "core" / "transformer"
+    folder.mkdir(parents=True)
+    (folder / "cfg.py").write_text(
+        "def outer(check):\n    return inner(check)\n\ndef inner(check):\n    return check()\n"
+    )
+    spec = importlib.util.spec_from_file_location("megatron_cfg_t", folder / "cfg.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def refuse():  # a frame outside the library, below its frames
+        raise ValueError("tensor_model_parallel_size must divide heads")
+
+    exc = _raise(module.outer, refuse)
+    assert innermost_in(exc, "megatron/core") == ("megatron/core/transformer/cfg.py", 5)
+    assert innermost_in(exc, "vllm") == ("vllm", 0)
 
 
 def test_report_lists_every_problem_with_fix() -> None:

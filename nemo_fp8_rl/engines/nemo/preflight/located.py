@@ -62,6 +62,21 @@ def nemo_rl_frame(tb: TracebackType | None) -> tuple[FrameType, int, TracebackTy
     return found
 
 
+def innermost_in(exc: BaseException, package: str) -> tuple[str, int]:
+    """(file from `package` on, line) of the innermost traceback entry under `/<package>/`.
+
+    Where a library's own validation refused (`megatron/core`, `vllm`); `(package, 0)` when no
+    entry lies under it.
+    """
+    tb, where, mark = exc.__traceback__, (package, 0), f"/{package}/"
+    while tb is not None:
+        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
+        if mark in path:
+            where = (path[path.rfind(mark) + 1 :], tb.tb_lineno)
+        tb = tb.tb_next
+    return where
+
+
 def relative_file(path: str) -> str:
     """`/x/y/nemo-rl/nemo_rl/a/b.py` -> `nemo_rl/a/b.py`."""
     norm = path.replace("\\", "/")

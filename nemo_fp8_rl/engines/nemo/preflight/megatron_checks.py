@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError, locate
+from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError, innermost_in, locate
 from nemo_fp8_rl.engines.nemo.preflight.pins import pinned_versions
 from nemo_fp8_rl.engines.nemo.preflight.recorders import Recorder, StandIn, installed
 
@@ -148,16 +148,6 @@ def transformer_kwargs(policy: dict[str, Any], hf: dict[str, Any]) -> dict[str, 
     return kw
 
 
-def _megatron_location(exc: BaseException) -> tuple[str, int]:
-    tb, where = exc.__traceback__, ("megatron/core", 0)
-    while tb is not None:
-        path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-        if "/megatron/core/" in path:
-            where = (path[path.rfind("/megatron/core/") + 1 :], tb.tb_lineno)
-        tb = tb.tb_next
-    return where
-
-
 def _key_for(message: str) -> str:
     """The megatron_cfg key a TransformerConfig message names first (else the section)."""
     names = re.findall(r"[a-z][a-z0-9_]+", message)
@@ -190,7 +180,7 @@ def transformer_config_check(
         with installed(swaps):
             tc.TransformerConfig(**transformer_kwargs(policy, hf))
     except (ValueError, AssertionError, TypeError, NotImplementedError) as exc:
-        file, line = _megatron_location(exc)
+        file, line = innermost_in(exc, "megatron/core")
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         return LocatedError(
             _key_for(text),

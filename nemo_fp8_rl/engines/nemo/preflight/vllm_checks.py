@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
+from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError, innermost_in
 from nemo_fp8_rl.engines.nemo.preflight.pins import pinned_versions
 
 VLLM_CFG = "policy.generation.vllm_cfg"
@@ -258,12 +258,7 @@ def engine_args_check(llm_kwargs: dict[str, Any]) -> LocatedError | None:
             **{k: v for k, v in llm_kwargs.items() if k in fields}
         ).create_engine_config()
     except Exception as exc:  # noqa: BLE001 - every vLLM refusal becomes a report
-        tb, where = exc.__traceback__, ("vllm", 0)
-        while tb is not None:
-            path = tb.tb_frame.f_code.co_filename.replace("\\", "/")
-            if "/vllm/" in path:
-                where = (path[path.rfind("/vllm/") + 1 :], tb.tb_lineno)
-            tb = tb.tb_next
+        where = innermost_in(exc, "vllm")
         text = " ".join(str(exc).split())  # pydantic's errors span several lines
         named = [k for k in FROM_VLLM_CFG if k in llm_kwargs and k in text]
         return LocatedError(
