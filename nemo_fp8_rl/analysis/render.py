@@ -1,4 +1,4 @@
-"""Rendering helpers both reports share: Markdown, HTML and rich tables, and matplotlib panels.
+"""Rendering helpers both reports share: Markdown, HTML and rich tables, matplotlib panels and their PNG files.
 
 Plain functions over strings and arrays; matplotlib and rich are imported only when a figure or a
 console table is drawn.
@@ -7,7 +7,8 @@ console table is drawn.
 from __future__ import annotations
 
 import html
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
@@ -88,6 +89,17 @@ def draw_panels(
             )
     fig.suptitle(title)
     return fig
+
+
+def save_pngs(figures: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write each figure as `<out_dir>/<name>.png` (a `None` figure is skipped); name -> path."""
+    written = {}
+    for name, fig in figures.items():
+        if fig is not None:
+            path = out_dir / f"{name}.png"
+            fig.savefig(path, pil_kwargs={"compress_level": 3})
+            written[name] = path
+    return written
 
 
 def md_table(headers: list[str], rows: list[list[str]]) -> list[str]:

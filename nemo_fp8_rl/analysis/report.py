@@ -20,7 +20,7 @@ import numpy as np
 
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table
+from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
 
 MISSING = "-"
 
@@ -172,15 +172,10 @@ def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] 
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
     """Draw every `PLOTS` entry that at least one run has data for; returns name -> PNG path."""
     surges = {s.name: s.surge_step for s in comparison.summaries if s.surge_step is not None}
-    written = {}
-    for spec in PLOTS:
-        panels = plot_data(comparison, spec)
-        if not any(panels):
-            continue
-        path = out_dir / f"{spec.name}.png"
-        draw_plot(spec, panels, surges).savefig(path, pil_kwargs={"compress_level": 3})
-        written[spec.name] = path
-    return written
+    panels = {spec: plot_data(comparison, spec) for spec in PLOTS}
+    return save_pngs(
+        {spec.name: draw_plot(spec, p, surges) for spec, p in panels.items() if any(p)}, out_dir
+    )
 
 
 def _run_lines(comparison: Comparison) -> list[tuple[str, list[str]]]:

@@ -21,7 +21,7 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table
+from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
 EMA_ALPHA = 0.2
@@ -200,20 +200,9 @@ def draw_overclip_plot(comparison: GroupComparison):
 
 def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
     """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
-    written = {}
-    for spec in PLOTS:
-        panels = band_data(comparison, spec)
-        if not any(panels):
-            continue
-        path = out_dir / f"{spec.name}.png"
-        draw_band_plot(spec, panels).savefig(path, pil_kwargs={"compress_level": 3})
-        written[spec.name] = path
-    fig = draw_overclip_plot(comparison)
-    if fig is not None:
-        path = out_dir / "overclip_entropy.png"
-        fig.savefig(path, pil_kwargs={"compress_level": 3})
-        written["overclip_entropy"] = path
-    return written
+    panels = {spec: band_data(comparison, spec) for spec in PLOTS}
+    figures = {spec.name: draw_band_plot(spec, p) for spec, p in panels.items() if any(p)}
+    return save_pngs(figures | {"overclip_entropy": draw_overclip_plot(comparison)}, out_dir)
 
 
 def _notes(comparison: GroupComparison) -> list[str]:
