@@ -1,19 +1,21 @@
 """Launching the embedded engine on a loaded machine: successes and waits, per start-up variant.
 
 Run: `uv run python benchmarks/bench_ray_start.py [--load 12] [--launches 10]
-[--variants once retry] [--json out.json]`. Holds the load average at `--load` or more with
-busy-loop processes (`LoadHolder`: only as many as the machine's other work leaves missing;
-each ends by itself after `--burn-s` seconds or with this script, and all are killed at the
-end), waits until the 1-minute load average reaches it, then launches the engine
+[--variants once retry] [--kind engine|ray] [--json out.json]`. Holds the load average at
+`--load` or more with busy-loop processes (`LoadHolder`: only as many as the machine's other
+work leaves missing; each ends by itself after `--burn-s` seconds or with this script, and all
+are killed at the end), waits until the 1-minute load average reaches it, then launches
 `--launches` times per variant, each launch in a fresh Python process: Ray started as the
-variant says, the trainer and rollout actors created from the tiny recipe and both answering
-`ping`, Ray shut down. Prints, per variant, successes out of launches and the launch time
-(min / median / max over the successful launches) with the 1-minute load average seen at each
-launch's start; `--json` also writes every launch.
+variant says, then (`--kind engine`, the default) the trainer and rollout actors created from
+the tiny recipe and both answering `ping`, or (`--kind ray`) one light actor answering, and Ray
+shut down. Prints, per variant, successes out of launches and the launch time (min / median /
+max over the successful launches) with the 1-minute load average seen at each launch's start;
+`--json` also writes every launch.
 
-Variants: `once` is a single `ray.init` (dashboard off, 2 CPUs; Ray waits its fixed 30 s for
-the raylet), `gcs-wait` is `once` with the GCS port wait raised to 120 s, `retry` is the
-engine's `start_ray` (that wait raised, and a timed-out start cleaned up and tried again).
+Variants: `once` is a single `ray.init` as Ray ships it (dashboard off, 2 CPUs), `gcs-wait` is
+`once` with the GCS port wait raised to 120 s, `retry` is the engine's `start_ray` (see
+`nemo_fp8_rl/engines/local/ray_start.py`: agent ports known up front, the raylet wait extended,
+workers at normal priority, a failed start cleaned up and tried again).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class LoadHolder:
     def __init__(self, target: int, seconds: float, floor: int = 2, period_s: float = 3.0):
         self.target, self.seconds, self.floor, self.period_s = target, seconds, floor, period_s
         self.procs: list[subprocess.Popen] = []
+        self.holding = target  # runnable tasks to keep: twice the target while ramping up
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._hold, daemon=True)
 
@@ -56,7 +59,7 @@ class LoadHolder:
         self.procs = [p for p in self.procs if p.poll() is None]
         running = int(Path("/proc/loadavg").read_text().split()[3].split("/")[0]) - 1
         others = max(running - len(self.procs), 0)
-        want = max(self.floor, self.target - others)
+        want = max(self.floor, self.holding - others)
         code = BURN.format(s=self.seconds)
         while len(self.procs) < want:
             self.procs.append(subprocess.Popen([sys.executable, "-c", code]))
@@ -68,10 +71,17 @@ class LoadHolder:
             self._adjust()
 
     def wait_for_load(self, timeout_s: float = 300) -> float:
-        """Block until the 1-minute load average reaches `target` (or `timeout_s`); returns it."""
+        """Block until the 1-minute load average reaches `target` (or `timeout_s`); returns it.
+
+        The average only approaches the number of runnable tasks (1 - e^(-t/60) of the way after
+        t seconds), so while waiting twice the target is held: it gets there in about 40 s."""
         deadline = time.monotonic() + timeout_s
+        self.holding = 2 * self.target
+        self._adjust()
         while os.getloadavg()[0] < self.target and time.monotonic() < deadline:
             time.sleep(2)
+        self.holding = self.target
+        self._adjust()
         return os.getloadavg()[0]
 
     def stop(self) -> None:
@@ -85,7 +95,31 @@ class LoadHolder:
             p.wait()
 
 
-def child(variant: str) -> dict:
+class Probe:
+    """The light launch's actor: a Ray worker process answering `ping` (no torch import)."""
+
+    def ping(self) -> int:
+        return os.getpid()
+
+
+def ready(kind: str) -> None:
+    """After Ray is up: `engine` creates the trainer and rollout actors from the tiny recipe and
+    waits for both to answer; `ray` creates one light actor and waits for it."""
+    import ray
+
+    if kind == "ray":
+        probe = ray.remote(num_cpus=1)(Probe).remote()
+        ray.get(probe.ping.remote())
+        return
+    from nemo_fp8_rl.config import load_recipe
+    from nemo_fp8_rl.engines.local.actors import make_actors
+
+    cfg = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16").config
+    trainer, rollout = make_actors(cfg, None, 1)
+    ray.get([trainer.ping.remote(), rollout.ping.remote()])
+
+
+def child(variant: str, kind: str) -> dict:
     """One launch in this process; returns {ok, seconds, load, attempts, error}."""
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     os.environ.pop("RAY_ADDRESS", None)
@@ -93,15 +127,12 @@ def child(variant: str) -> dict:
         os.environ["RAY_gcs_server_port_wait_time_s"] = "120"  # noqa: SIM112 (Ray's own name)
     import ray
 
-    from nemo_fp8_rl.config import load_recipe
-    from nemo_fp8_rl.engines.local.actors import make_actors
     from nemo_fp8_rl.engines.local.ray_start import StartRecord, start_ray
 
-    cfg = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16").config
     load = os.getloadavg()[0]
     t0 = time.monotonic()
     record = StartRecord()
-    out = {"variant": variant, "load": load, "ok": False}
+    out = {"variant": variant, "kind": kind, "load": load, "ok": False}
     try:
         if variant == "retry":
             start_ray(record=record)
@@ -109,8 +140,8 @@ def child(variant: str) -> dict:
             ray.init(
                 num_cpus=2, include_dashboard=False, log_to_driver=True, configure_logging=False
             )
-        trainer, rollout = make_actors(cfg, None, 1)
-        ray.get([trainer.ping.remote(), rollout.ping.remote()])
+        out["ray_seconds"] = round(time.monotonic() - t0, 1)
+        ready(kind)
         out["ok"] = True
     except Exception as exc:  # noqa: BLE001 (a failed launch is a data point)
         out["error"] = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
@@ -120,9 +151,9 @@ def child(variant: str) -> dict:
     return out
 
 
-def launch(variant: str, timeout_s: float) -> dict:
-    """Run `child(variant)` in a fresh interpreter; its JSON line, or a timeout record."""
-    cmd = [sys.executable, __file__, "--child", variant]
+def launch(variant: str, timeout_s: float, kind: str = "engine") -> dict:
+    """Run `child(variant, kind)` in a fresh interpreter; its JSON line, or a timeout record."""
+    cmd = [sys.executable, __file__, "--child", variant, "--kind", kind]
     t0 = time.monotonic()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
@@ -155,6 +186,12 @@ def summary(rows: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", choices=VARIANTS)
+    parser.add_argument(
+        "--kind",
+        choices=("engine", "ray"),
+        default="engine",
+        help="engine: Ray + trainer and rollout actors; ray: Ray + one light actor",
+    )
     parser.add_argument("--load", type=int, default=12, help="load average to hold")
     parser.add_argument("--burn-s", type=float, default=3600)
     parser.add_argument("--launches", type=int, default=10)
@@ -163,7 +200,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child)), flush=True)
+        print(json.dumps(child(args.child, args.kind)), flush=True)
         return
     holder = LoadHolder(args.load, args.burn_s).start()
     rows: list[dict] = []
@@ -171,7 +208,7 @@ def main() -> None:
         print(f"load {holder.wait_for_load():.1f} (target {args.load})", flush=True)
         for i in range(args.launches):
             for variant in args.variants:  # interleaved: each variant sees the same load
-                row = launch(variant, args.timeout_s)
+                row = launch(variant, args.timeout_s, args.kind)
                 row["burners"] = len(holder.procs)
                 rows.append(row)
                 print(f"launch {i + 1} {json.dumps(row)}", flush=True)

@@ -1,23 +1,28 @@
 """Starting (or joining) Ray for the embedded engine, on a machine that may be busy.
 
-`ray.init` on a new local cluster gives up when the raylet has not registered with the GCS
-within 30 s, a wait Ray (2.40 to 2.60 at least) hard-codes in `Node.__init__`. The raylet
-registers only once its two Python agents (dashboard agent, runtime-env agent) are up, and on a
-2-core machine at load 12-20 those take 30-60 s to import, so a plain `ray.init` fails there
-again and again (measured: `benchmarks/bench_ray_start.py`). Two things make the start succeed:
+On a 2-core machine held at load 12 a plain `ray.init` fails again and again, for three reasons
+(Ray 2.60; measured with `benchmarks/bench_ray_start.py`), each handled here:
 
-- the raylet wait is extended to `RAYLET_WAIT_S`: during `ray.init`, Ray's node-info lookup
-  (`ray._private.services.get_node`, which the 30 s loop calls) waits for the node itself, up to
-  that bound (`_patient_node_lookup`). With a Ray that lacks the function, nothing is changed;
-- Ray's own waits that have a setting are raised (`RAY_WAITS`, each only when not set already):
-  the GCS port wait, the core worker's wait for the raylet, and a worker's registration.
+- the raylet waits a fixed 15 s for its two Python agents (dashboard agent, runtime-env agent)
+  to write their ports into the session folder, and aborts when one is late; an agent importing
+  Ray at 1/8 of a core takes 15-30 s. `_lean_local_node` removes that wait: the runtime-env
+  agent gets a free port chosen here (the raylet is passed it), and the three ports the
+  dashboard agent reports are written before the raylet starts (-1, "not served", with Ray's
+  minimal install, which is what that agent writes itself once it is up). It also leaves out
+  what the engine does not use and `ray.init` would wait for: Ray's API server (so `ray list`
+  and the dashboard do not work against this Ray; start your own with `ray start --head` and
+  set `RAY_ADDRESS` to have them) and the autoscaler monitor;
+- `ray.init` gives the raylet 30 s to register with the GCS, hard-coded in `Node.__init__`;
+  `_patient_node_lookup` extends it to `RAYLET_WAIT_S` (through Ray's node-info lookup, which
+  that loop calls) and stops at once when the raylet has exited (`RayletExited`);
+- Ray starts its worker processes at niceness 15, so any other job on the machine starves the
+  trainer and rollout actors (minutes to import torch); `RAY_SETTINGS` starts them at the
+  caller's priority, and raises Ray's other start-up waits that have a setting.
 
-The raylet itself also gives its dashboard agent a fixed 15 s to report its ports and aborts
-when it misses them (the agent is a Python process importing Ray on a busy CPU); the lookup then
-stops waiting at once (`RayletExited`). A start that fails is cleaned up (the processes it left
-are stopped) and tried again, up to `attempts` times within `total_s` seconds: each attempt is a
-new draw of the same race, and the page cache is warm for the next. While Ray starts, a progress line is printed every
-`HEARTBEAT_S` seconds.
+With a Ray that lacks one of the hooked functions, that part is left as Ray has it. A start that
+fails anyway is cleaned up (the processes it left are stopped) and tried again, up to `attempts`
+times within `total_s` seconds. While Ray starts, a progress line is printed every `HEARTBEAT_S`
+seconds.
 
 `RAY_ADDRESS` (an existing cluster) is checked with a plain TCP connection first: Ray's own
 client retries a dead address for minutes without a word. Ctrl-C while Ray starts is held
@@ -44,16 +49,25 @@ TOTAL_S = 900.0
 HEARTBEAT_S = 15.0
 RAYLET_WAIT_S = 240.0
 PROBE_S = 10.0
-# Ray's start-up waits that have a setting (environment variables Ray reads), raised for a busy
-# machine: the GCS port (default 30 s), the raylet's wait for its agents' ports (the raylet
-# aborts when it runs out), the core worker's wait for its raylet (60 s), a worker process's
-# registration with the raylet (60 s; the actors' workers import torch).
-RAY_WAITS = {
+# Ray settings (environment variables Ray reads), each only when not set already: workers at the
+# caller's priority (Ray's default niceness 15 lets any other job starve the actors), and the
+# start-up waits that have a setting raised for a busy machine: the GCS port (default 30 s), the
+# core worker's wait for its raylet (60 s), a worker's registration with the raylet (60 s; the
+# actors' workers import torch).
+RAY_SETTINGS = {
+    "RAY_worker_niceness": "0",
     "RAY_gcs_server_port_wait_time_s": "120",
-    "RAY_agent_register_timeout_ms": "240000",
     "RAY_raylet_start_wait_time_s": "240",
     "RAY_worker_register_timeout_seconds": "300",
 }
+# The ports the dashboard agent writes into the session folder, which the raylet waits for.
+_DASHBOARD_AGENT_PORTS = (
+    "metrics_agent_port",
+    "metrics_export_port",
+    "dashboard_agent_listen_port",
+)
+# The methods of Ray's `Node` that `_lean_local_node` replaces while a local node starts.
+_LEAN_HOOKS = ("__init__", "start_ray_processes", "start_api_server")
 
 Echo = Callable[[str], None]
 
@@ -99,7 +113,7 @@ def start_ray(
         with _progress("joining Ray at " + address, echo), _held_interrupt(echo):
             _init_or_raise(f"RAY_ADDRESS={address}", address=address, log_to_driver=True)
         return False
-    for name, value in RAY_WAITS.items():
+    for name, value in RAY_SETTINGS.items():
         os.environ.setdefault(name, value)
     tries = attempts or int(os.environ.get("NEMO_FP8_RL_RAY_START_ATTEMPTS", ATTEMPTS))
     deadline = time.monotonic() + total_s
@@ -108,7 +122,12 @@ def start_ray(
         load = os.getloadavg()[0]
         what = f"starting Ray (attempt {k} of {tries}, load {load:.1f} on {os.cpu_count()} CPUs)"
         try:
-            with _progress(what, echo), _held_interrupt(echo), _patient_node_lookup(RAYLET_WAIT_S):
+            with (
+                _progress(what, echo),
+                _held_interrupt(echo),
+                _patient_node_lookup(RAYLET_WAIT_S),
+                _lean_local_node(),
+            ):
                 ray.init(
                     num_cpus=num_cpus,
                     include_dashboard=False,
@@ -268,9 +287,7 @@ def _patient_node_lookup(wait_s: float) -> Iterator[None]:
                     raise
                 if not _raylet_alive():
                     raise RayletExited(
-                        "the raylet exited while starting (its dashboard agent did not report "
-                        "its ports within Ray's fixed 15 s; see raylet.out in Ray's session "
-                        "folder)"
+                        "the raylet exited while starting (see raylet.out in Ray's session folder)"
                     ) from None
                 time.sleep(0.5)
 
@@ -279,6 +296,75 @@ def _patient_node_lookup(wait_s: float) -> Iterator[None]:
         yield
     finally:
         services.get_node = original
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (the OS's pick; free until someone binds it)."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def _lean_local_node() -> Iterator[None]:
+    """While `ray.init` starts a local node: start only what the engine uses, and let the
+    raylet learn its agents' ports without waiting.
+
+    - Ray's API server (the dashboard process that serves `ray list`, jobs and the state API)
+      and its autoscaler monitor are not started: the engine uses neither, and `ray.init`
+      waits for the API server to come up before it starts the raylet (25 s at load 12);
+    - the runtime-env agent gets a free port chosen here, which the raylet is passed;
+    - before the node's processes start, the three ports the dashboard agent would report are
+      written to the session folder with Ray's own `persist_port`: -1 with Ray's minimal
+      install (the agent serves none of them there and writes -1 itself once up); otherwise
+      free ports, which the agent is passed.
+
+    Nothing is changed when Ray lacks the functions used.
+    """
+    try:
+        from ray._private import node as node_module
+        from ray._private.utils import get_dashboard_dependency_error
+        from ray._raylet import persist_port
+    except ImportError:  # pragma: no cover (every Ray this project supports has them)
+        yield
+        return
+    Node = node_module.Node  # noqa: N806 (Ray's class)
+    originals = {name: getattr(Node, name, None) for name in _LEAN_HOOKS}
+    if None in originals.values():  # pragma: no cover (a Ray without these methods)
+        yield
+        return
+    minimal = get_dashboard_dependency_error() is not None
+
+    def init(self, ray_params, *args, **kwargs):
+        ray_params.no_monitor = True
+        ray_params.update_if_absent(runtime_env_agent_port=free_port())
+        if not minimal:
+            ray_params.update_if_absent(metrics_agent_port=free_port())
+            ray_params.update_if_absent(metrics_export_port=free_port())
+            ray_params.dashboard_agent_listen_port = free_port()
+        originals["__init__"](self, ray_params, *args, **kwargs)
+
+    def start_ray_processes(self):
+        for name in _DASHBOARD_AGENT_PORTS:
+            port = -1 if minimal else getattr(self._ray_params, name)
+            persist_port(self._session_dir, self._node_id, name, port)
+        return originals["start_ray_processes"](self)
+
+    def start_api_server(self, **_):
+        self._webui_url = None
+
+    replacements = {
+        "__init__": init,
+        "start_ray_processes": start_ray_processes,
+        "start_api_server": start_api_server,
+    }
+    for name, function in replacements.items():
+        setattr(Node, name, function)
+    try:
+        yield
+    finally:
+        for name, function in originals.items():
+            setattr(Node, name, function)
 
 
 @contextlib.contextmanager
