@@ -73,7 +73,7 @@ class RecorderWorkerGroup:
         self.calls.append({"method": method, "shards": len(data), **common_kwargs})
         return data, common_kwargs
 
-    def shutdown(self) -> bool:  # Policy.__del__ shuts its worker group down
+    def shutdown(self, **_kwargs) -> bool:  # Policy.__del__ shuts its worker group down
         return True
 
     def get_all_worker_results(self, futures):
