@@ -183,6 +183,38 @@ def summary(rows: list[dict]) -> str:
     return text + f"; load at start {min(loads):.1f}-{max(loads):.1f}"
 
 
+def table(paths: list[Path]) -> str:
+    """A Markdown table of saved launches (`--json` files), one row per file and variant:
+    launches, started, seconds to ready (min / median / max of the started ones), the seconds
+    Ray itself took (median), attempts beyond the first, and the 1-minute load at the starts."""
+    lines = [
+        "| file | kind | variant | started | seconds to ready (min / median / max) "
+        "| Ray start, median s | retried | load at start |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for path in paths:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        for variant in dict.fromkeys(r["variant"] for r in rows):
+            mine = [r for r in rows if r["variant"] == variant]
+            ok = [r for r in mine if r["ok"]]
+            secs = [r["seconds"] for r in ok]
+            ray_s = [r["ray_seconds"] for r in mine if r.get("ray_seconds") is not None]
+            loads = [r["load"] for r in mine]
+            retried = sum(1 for r in mine if r.get("attempts") and len(r["attempts"]) > 1)
+            spread = (
+                f"{min(secs):.0f} / {statistics.median(secs):.0f} / {max(secs):.0f}"
+                if secs
+                else "–"
+            )
+            ray_median = f"{statistics.median(ray_s):.0f}" if ray_s else "–"
+            lines.append(
+                f"| {path.name} | {mine[0].get('kind', 'engine')} | {variant} "
+                f"| {len(ok)}/{len(mine)} | {spread} | {ray_median} | {retried} "
+                f"| {min(loads):.1f}–{max(loads):.1f} |"
+            )
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--child", choices=VARIANTS)
@@ -198,7 +230,13 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--table", type=Path, nargs="+", help="print saved --json files as a Markdown table"
+    )
     args = parser.parse_args()
+    if args.table:
+        print(table(args.table))
+        return
     if args.child:
         print(json.dumps(child(args.child, args.kind)), flush=True)
         return

@@ -233,6 +233,49 @@ def test_launches_under_load(tmp_path) -> None:
     assert sorted(r["load"] for r in rows)[5] >= 12, "the machine was not held at load 12"
 
 
+# Makes Ray's two agents start `NEMO_FP8_RL_TEST_LATE_AGENT_S` late, as a busy machine delays
+# their imports (Python runs `sitecustomize` at start-up; the raylet passes PYTHONPATH on).
+LATE_AGENTS = """import os, sys, time
+if any(a.endswith(("dashboard/agent.py", "runtime_env/agent/main.py")) for a in sys.argv):
+    time.sleep(float(os.environ["NEMO_FP8_RL_TEST_LATE_AGENT_S"]))
+"""
+START = """import os, sys
+os.environ["RAY_ENABLE_UV_RUN_RUNTIME_ENV"] = "0"
+import ray
+if sys.argv[1] == "ray.init":
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+else:
+    from nemo_fp8_rl.engines.local.ray_start import start_ray
+    start_ray(attempts=1)
+print("answer", ray.get(ray.remote(lambda: 42).remote()), flush=True)
+ray.shutdown()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("start", ["ray.init", "start_ray"])
+def test_agents_later_than_the_raylets_15_s(tmp_path, start) -> None:
+    """Ray's agents come up 25 s late: Ray as it ships fails (its raylet aborts when they have
+    not reported their ports within a fixed 15 s); the engine's start does not wait for them
+    and a worker answers. Deterministic: the lateness is a sleep, not load."""
+    (tmp_path / "sitecustomize.py").write_text(LATE_AGENTS)
+    (tmp_path / "start.py").write_text(START)
+    env = {**os.environ, "NEMO_FP8_RL_TEST_LATE_AGENT_S": "25"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [sys.executable, str(tmp_path / "start.py"), start],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        env=env,
+    )
+    if start == "ray.init":
+        assert proc.returncode != 0 and "timed out during startup" in proc.stderr, proc.stderr
+    else:
+        assert proc.returncode == 0 and "answer 42" in proc.stdout, proc.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_a_failed_ray_start_is_cleaned_up_and_retried(monkeypatch) -> None:
     """The first attempt fails for real (Ray's GCS port wait set to 0 s); the retry, with the

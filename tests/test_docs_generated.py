@@ -5,6 +5,8 @@ committed data: each generated block is regenerated here and compared with the f
   --out docs/study/runs` (per-step metrics of every run, `docs/study/runs/`);
 - docs/study/README.md, mechanism table: `scripts/fp8_mechanism.py --table
   docs/study/mechanism.jsonl`;
+- docs/launch.md, launches under load: `benchmarks/bench_ray_start.py --table
+  benchmarks/launches/*.json` (every launch the benchmark saved);
 - README.md holds no single-seed tiny-run table (its runs are not committed);
 - the warm-up starting policies the study names are the shipped ones (`data/warmup/`).
 """
@@ -23,6 +25,7 @@ from nemo_fp8_rl.cli.study import main as study_main
 from nemo_fp8_rl.study.report import BEGIN, END
 
 ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_BEGIN, LAUNCH_END = "<!-- launch-table:begin -->", "<!-- launch-table:end -->"
 
 
 def _script(name: str):
@@ -67,6 +70,16 @@ def test_mechanism_table_matches_the_committed_results():
     mech = _script("fp8_mechanism")
     table = mech.table(ROOT / "docs/study/mechanism.jsonl")
     assert _block(ROOT / "docs/study/README.md", mech.BEGIN, mech.END) == table.strip()
+
+
+def test_launch_table_matches_the_committed_launches():
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "benchmarks/bench_ray_start.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    files = sorted((ROOT / "benchmarks/launches").glob("*.json"))
+    assert files, "no saved launches"
+    table = bench.table(files)
+    assert _block(ROOT / "docs/launch.md", LAUNCH_BEGIN, LAUNCH_END) == table.strip()
 
 
 def test_the_readme_holds_no_table_without_committed_data():
