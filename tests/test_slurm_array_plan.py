@@ -113,3 +113,29 @@ def test_submit_seeds_dry_run_prints_the_plan_line_train_prints(tmp_path, capsys
     assert capsys.readouterr().out.startswith(plan.format("on the local engine, 1 at a time"))
     assert invoke(submit_cli.main, argv) == 0
     assert plan.format("in one Slurm job array") in capsys.readouterr().err
+
+
+def test_array_task_trains_the_config_train_seeds_trains(tmp_path, capsys):
+    """An array task loads the frozen recipe with its seed in every key the recipe ties to the
+    seed (`data.train.seed: ${grpo.seed}`), so it trains the same config as `train --seeds`
+    (and a finished array is planned as finished, not as a run with other settings)."""
+    from nemo_fp8_rl.config import load_recipe
+    from nemo_fp8_rl.slurm.jobs import frozen_recipe_text
+
+    group = tmp_path / "g"
+    assert invoke(submit_cli.main, _submit(group, "--seeds", "1-2", "--dry-run")) == 0
+    script = capsys.readouterr().out
+    assert "SEED_KEYS='grpo.seed data.train.seed'\n" in script
+    prologue = script[: script.index("READY_FILE=")] + 'printf "%s\\n" "${SEED_ARGS[@]}"\n'
+    env = {**os.environ, "SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "16"}
+    env["SLURM_ARRAY_TASK_ID"] = "2"
+    proc = subprocess.run(
+        ["bash", "-c", prologue], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=200
+    )
+    args = proc.stdout.splitlines()
+    assert args == ["grpo.seed=2", "data.train.seed=2"], proc.stderr
+    frozen = tmp_path / "frozen.yaml"
+    frozen.write_text(frozen_recipe_text(load_recipe(RECIPE, [TWO], run_dir=group)))
+    task = load_recipe(frozen, args, run_dir=group / "seed-2").config
+    local = load_recipe(RECIPE, [TWO, "grpo.seed=2"], run_dir=group / "seed-2").config
+    assert task["data"] == local["data"] and task["grpo"] == local["grpo"]

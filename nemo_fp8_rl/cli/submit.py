@@ -284,6 +284,8 @@ def _plan_seeds(recipe, args: argparse.Namespace) -> dict[int, str]:
 def _array_flags(recipe, args: argparse.Namespace) -> dict[str, Any] | None:
     """The job array's `seeds` and `resume_seeds` flags from the plan; None (said on stdout)
     when every seed finished before and there is nothing to submit."""
+    from nemo_fp8_rl.runs.seed_plan import seed_keys
+
     actions = _plan_seeds(recipe, args)
     if all(action == "keep" for action in actions.values()):
         print(f"nothing to submit: every seed of {Path(recipe.run_dir).name} finished before")
@@ -292,6 +294,7 @@ def _array_flags(recipe, args: argparse.Namespace) -> dict[str, Any] | None:
         "resume": None,  # an array resumes per seed: the tasks in resume_seeds
         "seeds": [s for s, a in actions.items() if a != "keep"],
         "resume_seeds": [s for s, a in actions.items() if a == "resume"],
+        "seed_keys": seed_keys(recipe, args.overrides),
     }
 
 

@@ -106,3 +106,24 @@ def plan_line(group: Path, actions: dict[int, str], how: str) -> str:
     labels = {"keep": "kept (finished before)", **{a: a for a in ACTIONS}}
     parts += [f"{label}: {seeds_of(a)}" for a, label in labels.items() if seeds_of(a)]
     return "; ".join(parts)
+
+
+def seed_keys(base: Any, overrides: Sequence[str]) -> tuple[str, ...]:
+    """The dotted keys whose value is the seed: `grpo.seed` and every key the recipe ties to it
+    (`data.train.seed: ${grpo.seed}` in the base config), found by loading the recipe with two
+    seeds. A job array's task sets them all, as `train --seeds` gets them by loading the recipe
+    with its seed: the frozen recipe an array trains with has the interpolations resolved."""
+    one, two = (
+        _flat(load_recipe(base.path, [*overrides, f"{SEED_KEY}={k}"]).config) for k in (1, 2)
+    )
+    return tuple(k for k in one if one[k] == 1 and two.get(k) == 2 and type(one[k]) is int)
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for every leaf of nested dicts."""
+    if not isinstance(node, dict):
+        return {prefix: node}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
+    return out

@@ -113,6 +113,7 @@ def settings(spec: JobSpec) -> list[str]:
         "LOG_ROOT": str(spec.log_root),
         "SEED_ARRAY": "1" if spec.is_array else "",
         "SEED_RESUME": " ".join(map(str, spec.resume_seeds)),
+        "SEED_KEYS": " ".join(spec.seed_keys),
     }
     lines = [f"{name}={shlex.quote(value)}" for name, value in values.items()]
     lines.append("export " + " ".join(values))

@@ -57,6 +57,7 @@ class JobSpec:
     seeds: tuple[int, ...] = ()
     overwrite: bool = False
     resume_seeds: tuple[int, ...] = ()  # the array tasks that continue their seed's run
+    seed_keys: tuple[str, ...] = ("grpo.seed",)  # the keys an array task sets to its seed
 
     @property
     def log_root(self) -> Path:
@@ -215,6 +216,7 @@ def build_job_spec(
         seeds=_array_seeds(cfg.get("seeds") or ()),
         overwrite=bool(cfg.get("overwrite", False)),
         resume_seeds=tuple(sorted(set(cfg.get("resume_seeds") or ()))),
+        seed_keys=tuple(cfg.get("seed_keys") or ("grpo.seed",)),
     )
     return check_resume(check_paths(spec))
 
