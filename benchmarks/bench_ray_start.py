@@ -5,7 +5,7 @@ Run: `uv run python benchmarks/bench_ray_start.py [--load 12] [--launches 10]
 `--load` or more with busy-loop processes (`LoadHolder`: only as many as the machine's other
 work leaves missing; each ends by itself after `--burn-s` seconds or with this script, and all
 are killed at the end), waits until the 1-minute load average reaches it, then launches
-`--launches` times per variant, each launch in a fresh Python process: Ray started as the
+`--launches` times per variant (`--concurrent` at a time), each launch in a fresh Python process: Ray started as the
 variant says, then (`--kind engine`, the default) the trainer and rollout actors created from
 the tiny recipe and both answering `ping`, or (`--kind ray`) one light actor answering, and Ray
 shut down. Prints, per variant, successes out of launches and the launch time (min / median /
@@ -28,6 +28,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 VARIANTS = ("once", "gcs-wait", "retry")
@@ -229,6 +230,12 @@ def main() -> None:
     parser.add_argument("--launches", type=int, default=10)
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--timeout-s", type=float, default=900)
+    parser.add_argument(
+        "--concurrent",
+        type=int,
+        default=1,
+        help="launches started at once (each counts as load, so the holder burns less)",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--table", type=Path, nargs="+", help="print saved --json files as a Markdown table"
@@ -244,12 +251,17 @@ def main() -> None:
     rows: list[dict] = []
     try:
         print(f"load {holder.wait_for_load():.1f} (target {args.load})", flush=True)
-        for i in range(args.launches):
+        for i in range(0, args.launches, args.concurrent):
             for variant in args.variants:  # interleaved: each variant sees the same load
-                row = launch(variant, args.timeout_s, args.kind)
-                row["burners"] = len(holder.procs)
-                rows.append(row)
-                print(f"launch {i + 1} {json.dumps(row)}", flush=True)
+                k = min(args.concurrent, args.launches - i)
+                with ThreadPoolExecutor(k) as pool:
+                    batch = list(
+                        pool.map(launch, [variant] * k, [args.timeout_s] * k, [args.kind] * k)
+                    )
+                for j, row in enumerate(batch):
+                    row["burners"], row["concurrent"] = len(holder.procs), k
+                    rows.append(row)
+                    print(f"launch {i + j + 1} {json.dumps(row)}", flush=True)
     finally:
         holder.stop()
     for variant in args.variants:

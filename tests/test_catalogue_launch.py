@@ -219,13 +219,14 @@ def _train(run_dir: Path, *extra: str, env: dict | None = None) -> subprocess.Co
 def test_launches_under_load(tmp_path) -> None:
     """Ray, started as the engine starts it, comes up and runs an actor 10 times of 10 while
     the machine is held at load >= 12 (`benchmarks/bench_ray_start.py`: its load holder and its
-    light launch, each a fresh process). Prints every launch's wait. The full engine launch
+    light launch, each a fresh process, two at a time as `train --seeds --parallel 2` starts
+    them; each counts as load for the other, so the holder burns less). Prints every launch's wait. The full engine launch
     (both actors importing torch) is the same start-up plus minutes of imports at that load;
     the benchmark's default `--kind engine` measures it."""
     out = tmp_path / "launches.json"
     bench = project_root() / "benchmarks/bench_ray_start.py"
     cmd = [sys.executable, str(bench), "--variants", "retry", "--kind", "ray", "--launches", "10"]
-    cmd += ["--load", "12", "--timeout-s", "900", "--json", str(out)]
+    cmd += ["--load", "12", "--concurrent", "2", "--timeout-s", "900", "--json", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3 * 3600)
     print(proc.stdout[-4000:], proc.stderr[-2000:])
     rows = json.loads(out.read_text())
