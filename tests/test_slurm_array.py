@@ -39,7 +39,7 @@ def test_array_script_sets_seed_and_run_dir_per_task(tmp_path):
     assert "SEED_ARRAY=1" in script and f"RUN_DIR={tmp_path}/g\n" in script
     assert "RUN_DIR=$RUN_DIR/seed-$TRAIN_SEED" in script
     assert "SEED_KEYS=grpo.seed\n" in script  # the default: no key found to follow the seed
-    assert '${SEED_ARGS[@]+"${SEED_ARGS[@]}"}' in script
+    assert '${TRAIN_RESUME:+"$TRAIN_RESUME"} $SEED_OVERRIDES' in script
     single = render_sbatch(build_job_spec(recipe, tmp_path / "g.yaml"))
     assert "--array" not in single and "SEED_ARRAY=''" in single
 

@@ -126,7 +126,10 @@ def test_array_task_trains_the_config_train_seeds_trains(tmp_path, capsys):
     assert invoke(submit_cli.main, _submit(group, "--seeds", "1-2", "--dry-run")) == 0
     script = capsys.readouterr().out
     assert "SEED_KEYS='grpo.seed data.train.seed'\n" in script
-    prologue = script[: script.index("READY_FILE=")] + 'printf "%s\\n" "${SEED_ARGS[@]}"\n'
+    # what an srun step (a new bash) sees of the prologue: its exported SEED_OVERRIDES, split
+    prologue = (
+        script[: script.index("READY_FILE=")] + "bash -c 'printf \"%s\\n\" $SEED_OVERRIDES'\n"
+    )
     env = {**os.environ, "SLURM_JOB_ID": "17", "SLURM_ARRAY_JOB_ID": "16"}
     env["SLURM_ARRAY_TASK_ID"] = "2"
     proc = subprocess.run(
