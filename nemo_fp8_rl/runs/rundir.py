@@ -100,18 +100,19 @@ def _seed_entries(run_dir: Path) -> list[str]:
     )
 
 
-def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+def flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    """{"a.b": value} for every leaf of nested dicts."""
     if not isinstance(d, dict):
         return {prefix: d}
     out: dict[str, Any] = {}
     for k, v in d.items():
-        out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        out.update(flatten(v, f"{prefix}.{k}" if prefix else str(k)))
     return out
 
 
 def config_differences(saved: dict, current: dict) -> list[str]:
     """Dotted keys whose values differ between two resolved configs (resumable keys ignored)."""
-    a, b = _flatten(saved), _flatten(current)
+    a, b = flatten(saved), flatten(current)
     keys = sorted(set(a) | set(b))
     ignored = tuple(RESUMABLE_KEYS)
     return [

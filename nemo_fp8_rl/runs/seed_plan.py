@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, run_progress
+from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, flatten, run_progress
 from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_run_dir
 
 ACTIONS = ("start", "resume", "overwrite")  # the actions that train a seed (`keep` does not)
@@ -114,16 +114,6 @@ def seed_keys(base: Any, overrides: Sequence[str]) -> tuple[str, ...]:
     seeds. A job array's task sets them all, as `train --seeds` gets them by loading the recipe
     with its seed: the frozen recipe an array trains with has the interpolations resolved."""
     one, two = (
-        _flat(load_recipe(base.path, [*overrides, f"{SEED_KEY}={k}"]).config) for k in (1, 2)
+        flatten(load_recipe(base.path, [*overrides, f"{SEED_KEY}={k}"]).config) for k in (1, 2)
     )
     return tuple(k for k in one if one[k] == 1 and two.get(k) == 2 and type(one[k]) is int)
-
-
-def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
-    """{"a.b": value} for every leaf of nested dicts."""
-    if not isinstance(node, dict):
-        return {prefix: node}
-    out: dict[str, Any] = {}
-    for key, value in node.items():
-        out.update(_flat(value, f"{prefix}.{key}" if prefix else str(key)))
-    return out
