@@ -14,7 +14,10 @@ On a 2-core machine held at load 12 a plain `ray.init` fails again and again, fo
   set `RAY_ADDRESS` to have them) and the autoscaler monitor;
 - `ray.init` gives the raylet 30 s to register with the GCS, hard-coded in `Node.__init__`;
   `_patient_node_lookup` extends it to `RAYLET_WAIT_S` (through Ray's node-info lookup, which
-  that loop calls) and stops at once when the raylet has exited (`RayletExited`);
+  that loop calls) and stops when it sees the raylet has exited (`RayletExited`). It looks
+  between lookups only: with `RAY_raylet_start_wait_time_s` raised, one lookup of Ray's can
+  itself block that long (measured: a raylet that aborted at 15 s was noticed after 240 s),
+  which is why the agents' ports are handled first, so that the raylet does not abort;
 - Ray starts its worker processes at niceness 15, so any other job on the machine starves the
   trainer and rollout actors (minutes to import torch); `RAY_SETTINGS` starts them at the
   caller's priority, and raises Ray's other start-up waits that have a setting.
