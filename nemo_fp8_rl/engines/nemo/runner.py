@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo import compat
+from nemo_fp8_rl.engines.nemo import compat, worker_faults
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
@@ -277,6 +277,16 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
                 grpo_state,
                 master_config,
             )
+    except Exception as exc:
+        fault = worker_faults.located(
+            exc,
+            recipe.name,
+            recipe.config["checkpointing"]["checkpoint_dir"],
+            f"nemo_fp8_rl.train --recipe {recipe.path} --engine nemo --run-dir {run_dir} --resume",
+        )
+        if fault is None:
+            raise
+        raise fault from exc
     finally:
         shutdown = getattr(grpo, "shutdown_environments", None)
         if shutdown is not None:
