@@ -249,7 +249,10 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
     quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
     if cpu:
-        factory, workers = cpu_loop.policy_factory(quantize_on), cpu_loop.generation_worker(quantize_on)
+        factory, workers = (
+            cpu_loop.policy_factory(quantize_on),
+            cpu_loop.generation_worker(quantize_on),
+        )
     else:
         factory = _policy_factory(calibrated, quantize_on)
         workers = trainer_generation_worker(quantize_on)
