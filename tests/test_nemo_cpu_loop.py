@@ -101,3 +101,131 @@ def test_calibration_runs_every_two_steps_and_its_state_is_checkpointed(five_ste
     assert ckpt.is_dir(), sorted(p.name for p in (five_steps / "checkpoints").iterdir())
     saved = list(ckpt.rglob("*calibrat*"))
     assert saved, f"no calibrator state under {ckpt}"
+
+
+# ---- the 10-step loop and its faults (slow) -------------------------------------------------
+
+TRAIN_KEYS = (
+    "train/loss",
+    "train/reward",
+    "train/clip_lower_frac_neg",
+    "train/clip_upper_frac_pos",
+    "train/calib_low",
+    "train/calib_high",
+)
+
+
+def actor_pids(tag: str, actor: str) -> list[int]:
+    """Processes of this test's Ray whose title names `actor` (Ray titles them `ray::<Class>`)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"NEMO_FP8_RL_TEST_TAG={tag}".encode() in environ and actor.encode() in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = HANG_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {path}"
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout_s} s"
+        time.sleep(1.0)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ten_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("loop10") / "run"
+    ok(train(run_dir))
+    return run_dir
+
+
+@pytest.mark.slow
+def test_ten_steps_calibrate_five_times(ten_steps: Path) -> None:
+    steps = train_rows(ten_steps)
+    assert sorted(steps) == list(range(1, 11))
+    calibrated = [k for k, row in steps.items() if "train/calib_low" in row]
+    assert len(calibrated) >= 5, calibrated
+
+
+@pytest.mark.slow
+def test_killed_generation_worker_is_located_and_resume_matches_the_uninterrupted_run(
+    ten_steps: Path, tmp_path: Path
+) -> None:
+    """Kill -9 the generation actor once step 5 is checkpointed: the run ends with the located
+    error (exit 1) naming step_5, which is left as it was; --resume then trains steps 6-10
+    exactly as the uninterrupted run did (same batches, same samples, same updates)."""
+    run_dir, tag = tmp_path / "run", uuid.uuid4().hex
+    proc = subprocess.Popen(
+        _command(run_dir), env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        step5 = run_dir / "checkpoints" / "step_5"
+        wait_for(step5 / "training_info.json", proc)
+        kept = snapshot(step5)
+        pids = actor_pids(tag, "CpuGenerationWorker")
+        assert pids, "no generation actor found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{out[-4000:]}\n{err[-4000:]}"
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert error and "NeMo RL's loop stopped" in error[-1] and "step_5" in error[-1], err[-4000:]
+    assert snapshot(step5) == kept
+    ok(train(run_dir, "--resume"))
+    full, resumed = train_rows(ten_steps), train_rows(run_dir)
+    for k in range(6, 11):
+        for key in TRAIN_KEYS:
+            assert resumed[k].get(key) == full[k].get(key), (k, key)
+
+
+BAD_REFIT = """
+import sys, torch
+from nemo_rl.algorithms import grpo
+original, calls = grpo.refit_policy_generation, []
+
+def refit(policy, policy_generation, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # the fault: the generator is told a weight has another shape
+        info = policy.prepare_refit_info()
+        name = next(n for n in info if n.endswith("mlp.down_proj.weight"))
+        shape, dtype = info[name]
+        info[name] = (torch.Size([shape[0], shape[1] + 1]), dtype)
+        policy_generation.prepare_refit_info(info)
+    return original(policy, policy_generation, *args, **kwargs)
+
+grpo.refit_policy_generation = refit
+from nemo_fp8_rl.cli.train import entry
+sys.argv = ["nemo_fp8_rl.train", *sys.argv[1:]]
+entry()
+"""
+
+
+@pytest.mark.slow
+def test_a_refit_whose_metadata_disagrees_with_the_model_is_refused_on_the_running_loop(
+    tmp_path: Path,
+) -> None:
+    """At the third refit the generation worker is handed metadata that disagrees with its
+    model: it refuses before any weight moves, and the run ends with the located error."""
+    script = tmp_path / "bad_refit.py"
+    script.write_text(BAD_REFIT)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(script), *_command(run_dir)[3:]]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=HANG_S)
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")][-1]
+    assert "prepare_refit_info" in error and "down_proj" in error, error
+    assert sorted(train_rows(run_dir)) == [1, 2]
