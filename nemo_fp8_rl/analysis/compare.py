@@ -18,6 +18,7 @@ import numpy as np
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs, precision_of
 from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
+from nemo_fp8_rl.runs import scores
 
 TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
 DEFAULT_TOLERANCE_POINTS = 2.0
@@ -57,8 +58,8 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("val_acc_final", "val acc final", "validation/accuracy", _last),
-    Column("val_acc_best", "val acc best", "validation/accuracy", _best),
+    Column("val_acc_final", "val acc final", scores.BF16_ACCURACY, _last),
+    Column("val_acc_best", "val acc best", scores.BF16_ACCURACY, _best),
     Column("reward", "reward (last 10)", "train/reward", _tail),
     Column("entropy", "entropy (last 10)", "train/entropy", _tail),
     Column("clip_low_neg", "clip<L, A<0", "train/clip_lower_frac_neg", _mean, "{:.4f}"),
@@ -132,7 +133,7 @@ def summarize_run(run: RunData) -> RunSummary:
         alias_note = f"{column.metric} read from {found}"
         if found != column.metric and alias_note not in notes:
             notes.append(alias_note)
-    accuracy = run.get("validation/accuracy")
+    accuracy, _ = run.find(scores.BF16_ACCURACY)
     best_step = None
     if accuracy is not None and len(accuracy.finite()):
         finite = accuracy.finite()
@@ -194,21 +195,30 @@ def speedup(reference: RunData, run: RunData) -> float:
     return float(np.mean(ref) / np.mean(cur))
 
 
+def accuracy_metrics(runs: Sequence[RunData]) -> tuple[tuple[str, str], ...]:
+    """The accuracy metrics a verdict may read, best first, with their labels: the BF16-generation
+    score when every run logged it, else the rollout engine's (never one of each)."""
+    if all(r.get(scores.BF16_ACCURACY) is not None for r in runs):
+        key = scores.BF16_ACCURACY
+    else:
+        key = scores.ROLLOUT_ACCURACY
+    return ((key, f"mean validation accuracy after step 0, {scores.accuracy_label(key)}"),)
+
+
 def accuracy_gap(reference: RunData, run: RunData) -> tuple[float, str, int] | None:
     """Points (x100) by which `run` is above `reference`, on the last step both logged.
 
-    Validation accuracy at the last common validation step after step 0 (step 0 is the policy
-    before any GRPO step, the same in a fair pair); without one, the mean reward of the last
-    `TAIL_STEPS` common steps. Returns (points, what was compared, step), or None.
+    The study's primary endpoint: validation accuracy (`accuracy_metrics`: BF16 generation when
+    both runs logged it) averaged over every common validation step after step 0 (step 0 is the
+    policy before any GRPO step, the same in a fair pair); without one, the mean reward of the last `TAIL_STEPS` common steps.
+    Returns (points, what was compared, step), or None.
     """
-    for metric, label in (
-        ("validation/accuracy", "validation accuracy"),
-        ("train/reward", "reward"),
-    ):
+    for metric, label in (*accuracy_metrics([reference, run]), ("train/reward", "reward")):
         steps, table = align([reference, run], metric)
         both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
         if both.size:
-            picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
+            validation = metric.startswith("validation/")
+            picked = both if validation else both[-TAIL_STEPS:]
             gap = np.mean(table[1, picked]) - np.mean(table[0, picked])
             return float(100.0 * gap), label, int(steps[both[-1]])
     return None
@@ -227,7 +237,7 @@ def verdict(
     ref = "BF16" if reference.precision == "bf16" else reference.name
     if gap is None:
         accuracy = (
-            "accuracy not comparable (neither validation/accuracy nor train/reward in both runs)"
+            "accuracy not comparable (neither validation accuracy nor train/reward in both runs)"
         )
     elif abs(gap[0]) <= tolerance_points:
         accuracy = f"matches {ref} within {abs(gap[0]):.1f} points ({gap[1]}, step {gap[2]})"

@@ -21,6 +21,7 @@ import numpy as np
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff
 from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
+from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
 
@@ -38,7 +39,11 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "reward_accuracy",
         "Reward and validation accuracy",
-        (("train/reward", "reward"), ("validation/accuracy", "validation accuracy")),
+        (
+            ("train/reward", "reward"),
+            # BF16-generation score; the rollout engine's where a run lacks it (`runs.scores`)
+            (scores.BF16_ACCURACY, "validation accuracy"),
+        ),
     ),
     PlotSpec(
         "entropy", "Policy entropy (dotted: surge onset)", (("train/entropy", "entropy (nats)"),)

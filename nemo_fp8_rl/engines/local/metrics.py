@@ -21,7 +21,7 @@ from rich.text import Text
 
 HEADLINE = (
     ("reward", "train/reward", "{:.3f}"),
-    ("val", "validation/accuracy", "{:.3f}"),
+    ("val", "validation/bf16_accuracy", "{:.3f}"),  # BF16-generation score (runs.scores)
     ("ent", "train/entropy", "{:.3f}"),  # not "H": that is the upper clip bound, in "L,H"
     ("clipL-", "train/clip_lower_frac_neg", "{:.4f}"),
     ("L,H", None, None),

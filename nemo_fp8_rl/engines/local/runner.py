@@ -3,7 +3,8 @@
 Per step k (0-based; metrics are logged at step k+1, the number of completed steps):
 prompts of step k -> rollout actor samples `num_generations_per_prompt` responses each ->
 exact-match rewards -> GRPO advantages -> trainer actor runs the step -> refit (trainer
-masters -> FP8 buckets -> rollout engine) -> validation every `val_period` steps ->
+masters -> FP8 buckets -> rollout engine) -> validation every `val_period` steps (BF16
+generation, plus the rollout engine's own precision when that is FP8) ->
 metrics, progress bar, checkpoint every `save_period` steps. All randomness is a function of
 (seed, step), and the trainer's state is checkpointed, so `--resume` reproduces an
 uninterrupted run.
@@ -20,8 +21,8 @@ import torch
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.engines.local import bf16_scoring, precision
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
-from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.backends import open_sinks
@@ -77,6 +78,7 @@ class Loop:
         self.ckpt_cfg = cfg["checkpointing"]
         self.ckpt_root = run_dir / "checkpoints"
         self.last_val: float | None = None
+        self.last_rollout_val: float | None = None
         self.start_metrics: dict[str, float] = {}
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -87,9 +89,17 @@ class Loop:
         return time.perf_counter() - t0
 
     def validate(self, step: int) -> dict[str, float]:
-        """Validation accuracy of the rollout engine's current weights."""
-        out = ray.get(self.rollout.validate.remote(_sampling_seed(self.seed, -1 - step)))
-        self.last_val = out["validation/accuracy"]
+        """Validation scores of the current weights: with BF16 generation (the primary score,
+        `bf16_scoring.BF16_ACCURACY`) and with the rollout engine's own precision."""
+        seed = _sampling_seed(self.seed, -1 - step)
+        out = ray.get(self.rollout.validate.remote(seed))
+        if bf16_scoring.generation_is_bf16(self.cfg):
+            out.update(bf16_scoring.as_bf16_scores(out))
+        else:
+            refit = self.trainer.bf16_refit_buckets.remote()
+            out.update(ray.get(self.rollout.validate_bf16.remote(refit, seed)))
+        self.last_val = out[bf16_scoring.BF16_ACCURACY]
+        self.last_rollout_val = out[bf16_scoring.ROLLOUT_ACCURACY]
         return out
 
     def rollout_batch(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -140,10 +150,14 @@ class Loop:
     def save(self, done: int) -> None:
         """Atomic checkpoint after `done` completed steps, then prune to `keep_top_k`."""
         state = {"trainer": ray.get(self.trainer.state_dict.remote()), "rng": torch.get_rng_state()}
-        info = {"validation/accuracy": self.last_val, "recipe": self.cfg["logger"]["wandb"]["name"]}
+        info = {
+            bf16_scoring.BF16_ACCURACY: self.last_val,
+            bf16_scoring.ROLLOUT_ACCURACY: self.last_rollout_val,
+            "recipe": self.cfg["logger"]["wandb"]["name"],
+        }
         ckpt.save_checkpoint(self.ckpt_root, done, state, info)
         ckpt.prune_checkpoints(
-            self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), "validation/accuracy"
+            self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), bf16_scoring.BF16_ACCURACY
         )
 
     def resume(self, path: Path) -> int:
@@ -151,7 +165,8 @@ class Loop:
         state, info = ckpt.load_checkpoint(path)
         ray.get(self.trainer.load_state_dict.remote(state["trainer"]))
         torch.set_rng_state(state["rng"])
-        self.last_val = info.get("validation/accuracy")
+        self.last_val = info.get(bf16_scoring.BF16_ACCURACY)
+        self.last_rollout_val = info.get(bf16_scoring.ROLLOUT_ACCURACY)
         return int(info["step"])
 
     # ---- the run ---------------------------------------------------------------------------
