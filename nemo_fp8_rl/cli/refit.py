@@ -112,7 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--ignore", nargs="+", metavar="KW", help="quantization_ignored_layer_kws")
     exp.add_argument("--shard-size-mb", type=int, default=4096, help="max safetensors shard size")
     exp.add_argument(
-        "overrides", nargs="*", metavar="key=value|~key", help="recipe overrides (with --recipe)"
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="key=value|~key",
+        help="recipe overrides (with --recipe)",
     )
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if ("=" not in a and not a.startswith("~")) or a.startswith("-")]

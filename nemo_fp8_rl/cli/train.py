@@ -76,12 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_seeds(args)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
-        print(recipe.to_yaml(), end="")
-        try:
-            print(f"# engine: {choose_engine(recipe, args.engine)}  run dir: {recipe.run_dir}")
-        except EngineUnavailable as exc:
-            print(f"# engine: none ({exc})")
-        return 0
+        return dry_run(recipe, args.engine)
     if args.preflight:
         return preflight(recipe)
     engine = choose_engine(recipe, args.engine)
@@ -93,6 +88,19 @@ def main(argv: list[str] | None = None) -> int:
         recipe, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite
     )
     print(f"run finished: {run_dir}")
+    return 0
+
+
+def dry_run(recipe, requested: str) -> int:
+    """Print the resolved recipe and the engine that would run it. Where no engine can run it
+    here, the end says so and the exit code is 3, as the real `train`'s (the error line on
+    stderr, after the YAML, so that it is the last thing a terminal shows)."""
+    print(recipe.to_yaml(), end="")
+    try:
+        print(f"# engine: {choose_engine(recipe, requested)}  run dir: {recipe.run_dir}")
+    except EngineUnavailable as exc:
+        print(f"# engine: none ({exc})")
+        raise
     return 0
 
 

@@ -1,0 +1,137 @@
+"""What a new user meets first: usage lines, exit codes as README's table says, dry runs that
+say whether anything could run, and the habits of NeMo RL, torchtune and TRL users (`--config`,
+`recipes ls`, `python -m nemo_fp8_rl`, `nemo_fp8_rl.env`, `recipes cp --full`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from catalogue_cases import Workspace
+
+from nemo_fp8_rl.cli import eval as eval_cli
+from nemo_fp8_rl.cli import recipes, refit, study, train
+from nemo_fp8_rl.cli.common import invoke
+from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.loader import load_chain
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+T = "tiny/grpo-tiny-qwen3-cpu-fp8"
+
+
+def _nemo_rl_usable() -> bool:
+    from nemo_fp8_rl.engines.nemo.compat import available
+
+    return available()[0]
+
+
+def test_subcommand_usage_names_the_subcommand(capsys):
+    assert invoke(recipes.main, ["show"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: nemo_fp8_rl.recipes show [-h]"), err
+    assert "{list" not in err and "required: recipe." in err  # overrides are optional
+    assert invoke(refit.main, ["export", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: nemo_fp8_rl.refit export [-h]") and "SRC OUT" not in out
+
+
+def test_validate_unknown_recipe_is_a_configuration_error(capsys):
+    assert invoke(recipes.main, ["validate", "NOSUCH"]) == 2
+    captured = capsys.readouterr()
+    assert "NOSUCH: recipes validate: no such recipe" in captured.out
+    assert "--recipe" not in captured.out + captured.err
+
+
+@pytest.mark.skipif(_nemo_rl_usable(), reason="NeMo RL is usable here: the GPU recipe can run")
+@pytest.mark.parametrize(
+    "argv",
+    [["--recipe", "qwen3-4b/grpo-qwen3-4b-1n8g-fp8"], ["--recipe", T, "--engine", "nemo"]],
+    ids=["gpu-recipe", "engine-nemo"],
+)
+def test_dry_run_exits_3_when_no_engine_can_run(argv, capsys):
+    assert invoke(train.main, [*argv, "--dry-run"]) == 3
+    captured = capsys.readouterr()
+    assert "# engine: none (" in captured.out
+    assert captured.err.startswith("error: ") and "needs the NeMo RL engine" in captured.err
+
+
+def test_eval_dry_run_checks_and_writes_nothing(tmp_path, capsys):
+    run_dir = Workspace(tmp_path, lambda: tmp_path).run("run")
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    assert invoke(eval_cli.main, ["--run", str(run_dir), "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"would evaluate {run_dir} last (step 2) on addition" in out
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+    assert invoke(eval_cli.main, ["--run", str(run_dir), "--dry-run", "--checkpoint", "step_9"]) == 2
+
+
+def test_study_refuses_seeds_as_separate_words(capsys):
+    argv = ["--analyse-only", "--out", "docs/study/runs", "--report", "/nonexistent", "--seeds"]
+    assert invoke(study.main, [*argv, "1", "2", "3"]) == 2
+    assert "Fix: give seeds as --seeds 1,2,3" in capsys.readouterr().err
+
+
+def test_study_names_the_recorded_wall_time_as_the_runs():
+    meta = {"study_wall_seconds": 3960.0}
+    line = study._closing_line(meta, 3.2, True, Path("r"))
+    assert line == (
+        "this command took 3 s; the reported runs' recorded study wall time: 66 min; "
+        "tables in r/tables.md"
+    )
+    assert "66 min" not in study._closing_line(meta, 3960.0, False, Path("r"))
+
+
+def test_readme_tiny_table_names_a_missing_run(tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("rtt", ROOT / "scripts/readme_tiny_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    assert table.main(["--runs", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path}/grpo-tiny-qwen3-cpu-bf16: no such run")
+    assert "Fix: train it with `uv run nemo_fp8_rl.train --recipe tiny/grpo-tiny" in err
+
+
+def test_config_is_recipe_and_ls_is_list(capsys):
+    assert invoke(train.main, ["--config", T, "--dry-run"]) == 0
+    assert "# engine: local  run dir: runs/grpo-tiny-qwen3-cpu-fp8" in capsys.readouterr().out
+    assert invoke(recipes.main, ["ls", "tiny/*fp8"]) == 0
+    assert T in capsys.readouterr().out
+
+
+def test_python_m_package_and_new_console_scripts():
+    for name in ("nemo_fp8_rl", "nemo_fp8_rl.study", "nemo_fp8_rl.env"):
+        assert shutil.which(name, path=str(BIN)), f"console script {name} missing"
+    out = subprocess.run(
+        [sys.executable, "-m", "nemo_fp8_rl", "recipes", "ls", "tiny/*bf16"],
+        capture_output=True, text=True, check=True, cwd=ROOT,
+    ).stdout  # fmt: skip
+    assert "tiny/grpo-tiny-qwen3-cpu-bf16" in out
+    bad = subprocess.run([sys.executable, "-m", "nemo_fp8_rl", "trian"], capture_output=True,
+                         text=True, cwd=ROOT)  # fmt: skip
+    assert bad.returncode == 2 and "unknown command 'trian'" in bad.stderr
+
+
+def test_env_reports_the_optional_stacks(capsys):
+    from nemo_fp8_rl.cli import env as env_cli
+
+    assert env_cli.main([]) == 0
+    out = capsys.readouterr().out
+    for name in ("nemo-fp8-rl", "Python", "torch", "NeMo RL", "vLLM", "Transformer Engine",
+                 "megatron-core", "GPUs"):  # fmt: skip
+        assert f"\n- {name}: " in out, name
+
+
+def test_cp_full_writes_every_key_with_its_source(tmp_path, capsys):
+    dest = tmp_path / "mine.yaml"
+    assert invoke(recipes.main, ["cp", T, str(dest), "--full"]) == 0
+    text = dest.read_text()
+    assert "defaults" not in text.split("\n", 5)[-1]
+    assert "fp8_recipe: blockwise  # configs/precision/fp8-blockwise.yaml" in text
+    assert load_chain(dest)[0] == load_chain(ROOT / f"recipes/{T}.yaml")[0]
+    mine, original = load_recipe(dest).config, load_recipe(T).config
+    assert mine["policy"] == original["policy"] and mine["loss_fn"] == original["loss_fn"]
