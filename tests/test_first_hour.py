@@ -135,3 +135,58 @@ def test_cp_full_writes_every_key_with_its_source(tmp_path, capsys):
     assert load_chain(dest)[0] == load_chain(ROOT / f"recipes/{T}.yaml")[0]
     mine, original = load_recipe(dest).config, load_recipe(T).config
     assert mine["policy"] == original["policy"] and mine["loss_fn"] == original["loss_fn"]
+
+
+def test_closing_summary_reads_the_run(tmp_path, capsys):
+    from nemo_fp8_rl.engines.local.metrics import MetricsLogger
+    from nemo_fp8_rl.runs.summary import print_summary
+
+    logger = MetricsLogger(tmp_path, tensorboard=False)
+    logger.log(0, {"validation/accuracy": 0.25})
+    for step, (neg, low) in enumerate(((0.02, 0.78), (0.04, 0.74)), start=1):
+        logger.log(step, {"train/clip_lower_frac_neg": neg, "train/clip_upper_frac_pos": 0.01,
+                          "train/calib_low": low, "train/calib_high": 1.25})  # fmt: skip
+    logger.log(2, {"validation/accuracy": 0.5})
+    logger.close()
+    print_summary(tmp_path)
+    out = capsys.readouterr().out
+    assert "validation accuracy (scored in rollout precision) 0.250 (step 0) -> 0.500 (step 2)" in out
+    assert "A<0 tokens below the lower bound 3.00 %; A>0 tokens above the upper bound 1.00 %" in out
+    assert "clip bounds L,H 0.780,1.250 (step 1) -> 0.740,1.250 (step 2)" in out
+    assert f"nemo_fp8_rl.eval --run {tmp_path}" in out and "nemo_fp8_rl.compare" in out
+
+
+def test_started_at_stays_the_start(tmp_path):
+    import json
+    import os
+
+    from nemo_fp8_rl.runs import rundir
+
+    env = tmp_path / "environment.json"
+    env.write_text(json.dumps({"started_at": "2000-01-01T00:00:00Z", "pid": os.getpid()}))
+    rundir.write_environment(tmp_path, "local", {})
+    assert json.loads(env.read_text())["started_at"] == "2000-01-01T00:00:00Z"
+    env.write_text(json.dumps({"started_at": "2000-01-01T00:00:00Z", "pid": -1}))
+    rundir.write_environment(tmp_path, "local", {})  # another process's file: a new start
+    assert json.loads(env.read_text())["started_at"] != "2000-01-01T00:00:00Z"
+
+
+def test_ray_token_notice_is_left_out():
+    import logging
+
+    from ray._private.authentication import authentication_token_setup as auth
+
+    from nemo_fp8_rl.engines.local import ray_start
+
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())  # type: ignore[method-assign]
+    auth.logger.addHandler(handler)
+    try:
+        with ray_start._quiet_token_notice():
+            auth._warn_token_auth_enabled()
+            auth._warn_token_auth_disabled()  # any other notice still passes
+    finally:
+        auth.logger.removeHandler(handler)
+    assert not any(m.startswith(ray_start.TOKEN_NOTICE) for m in seen)
+    assert any("Token authentication is disabled" in m for m in seen)

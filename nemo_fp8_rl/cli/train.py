@@ -17,6 +17,7 @@ from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
+from nemo_fp8_rl.runs.summary import print_summary
 
 DESCRIPTION = """\
 Train a recipe. CPU recipes (cluster.gpus_per_node: 0, those under recipes/tiny/) run on the
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         recipe, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite
     )
     print(f"run finished: {run_dir}")
+    print_summary(run_dir)
     return 0
 
 

@@ -202,6 +202,11 @@ class Loop:
             logger.close()
 
 
+def say(line: str) -> None:
+    """A line on stdout at once (so that a start-up of a minute is never silent)."""
+    print(line, flush=True)
+
+
 def run(
     recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
 ) -> Path:
@@ -248,17 +253,22 @@ def _run_locked(
         run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume, overwrite=overwrite
     )
     t0 = time.perf_counter()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     started = start_ray()
     t_ray = time.perf_counter()
     try:
         trainer, rollout = make_actors(cfg, None, local.num_threads)
         model_info = None
         if not (resume and (run_dir / "model" / "config.json").exists()):
+            say(f"Ray up ({t_ray - t0:.0f} s); building the tiny model and its warm-up ...")
             model_info = prepare_model(recipe, run_dir, local)
         t_model = time.perf_counter()
+        say("loading the policy into the trainer and rollout actors (they import torch) ...")
         ray.get(trainer.load_policy.remote(str(run_dir / "model")))
         ray.get(rollout.ping.remote())
+        say(f"actors ready ({time.perf_counter() - t0:.0f} s since the start); training")
         extra = {
+            "started_at": started_at,
             "num_threads": local.num_threads,
             "warmup": model_info,
             "resume": resume,
