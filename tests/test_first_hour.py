@@ -190,3 +190,99 @@ def test_ray_token_notice_is_left_out():
         auth.logger.removeHandler(handler)
     assert not any(m.startswith(ray_start.TOKEN_NOTICE) for m in seen)
     assert any("Token authentication is disabled" in m for m in seen)
+
+
+def _cpu_run(run_dir: Path, precision: str, load: float | None, step_s: float) -> Path:
+    """A CPU (embedded engine) run with the machine's load recorded at every step."""
+    import yaml
+    from test_compare import synthetic_metrics, tiny_config
+
+    from nemo_fp8_rl.engines.local.metrics import MetricsLogger
+
+    run_dir.mkdir(parents=True)
+    config = {**tiny_config(precision, max_num_steps=10), "cluster": {"gpus_per_node": 0}}
+    (run_dir / "recipe.yaml").write_text(yaml.safe_dump(config))
+    logger = MetricsLogger(run_dir, tensorboard=False)
+    for step in range(1, 11):
+        metrics = synthetic_metrics(step, 10, acc_final=0.5, step_s=step_s)
+        if load is not None:
+            metrics["system/load_average_1min"] = load
+        logger.log(step, metrics)
+    logger.close()
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("loads", "expected"),
+    [
+        ((1.0, 8.0), "speed not compared: the machine's load differed (1.0 vs 8.0"),
+        ((1.0, None), "speed not compared: fp8 recorded no system/load_average_1min"),
+        ((2.0, 2.2), "2.00x slower (FP8 emulated on the CPU: a measure of the emulation"),
+    ],
+    ids=["load-differs", "load-missing", "load-comparable"],
+)
+def test_cpu_speed_verdict_needs_comparable_load(tmp_path, loads, expected):
+    from nemo_fp8_rl.analysis.compare import compare_runs
+    from nemo_fp8_rl.analysis.rundata import load_run
+    from nemo_fp8_rl.analysis.verdict_json import runs_verdict
+
+    runs = [
+        load_run(_cpu_run(tmp_path / "bf16", "bf16", loads[0], 1.0)),
+        load_run(_cpu_run(tmp_path / "fp8", "fp8", loads[1], 2.0)),
+    ]
+    comparison = compare_runs(runs)
+    (line,) = comparison.verdicts
+    assert expected in line, line
+    (entry,) = runs_verdict(comparison, 1.0)["verdicts"]
+    assert (entry["speedup"] is None) == ("not compared" in expected)
+
+
+def test_report_title_names_the_runs_precisions(tmp_path):
+    from nemo_fp8_rl.analysis.compare import compare_runs
+    from nemo_fp8_rl.analysis.report import render_html, render_markdown
+    from nemo_fp8_rl.analysis.rundata import load_run
+
+    runs = [load_run(_cpu_run(tmp_path / n, "bf16", 1.0, 1.0)) for n in ("a", "b")]
+    comparison = compare_runs(runs)
+    assert render_markdown(comparison, {}).startswith("# BF16 runs: comparison\n")
+    assert "<h1>BF16 runs: comparison</h1>" in render_html(comparison, {})
+
+
+def test_evaluation_section_goes_into_both_reports(tmp_path):
+    from nemo_fp8_rl.cli.compare import add_to_reports
+
+    (tmp_path / "report.md").write_text("# r\n")
+    (tmp_path / "report.html").write_text("<html><body><h1>r</h1></body></html>\n")
+    add_to_reports(tmp_path, "## Evaluation: addition\n", "<h2>Evaluation: addition</h2>")
+    assert (tmp_path / "report.md").read_text() == "# r\n\n## Evaluation: addition\n"
+    page = (tmp_path / "report.html").read_text()
+    assert "<h1>r</h1><h2>Evaluation: addition</h2>\n</body>" in page
+
+
+def test_a_comparison_without_plots_keeps_the_earlier_plots(tmp_path):
+    import json
+
+    from nemo_fp8_rl.analysis.report_folder import claim
+
+    out = tmp_path / "cmp"
+    folder = claim(out, "runs", ["a", "b"])
+    (out / "reward.png").write_bytes(b"png")
+    (out / "report.md").write_text("1")
+    folder.record()
+    claim(out, "runs", ["a", "b"], keep_plots=True).record()  # --no-plots, same inputs
+    assert (out / "reward.png").read_bytes() == b"png" and not (out / "report.md").exists()
+    assert json.loads((out / "inputs.json").read_text())["files"] == ["reward.png"]
+    claim(out, "runs", ["a", "b"]).record()  # with plots: the old ones are replaced
+    assert not (out / "reward.png").exists()
+
+
+def test_more_seeds_advice_can_be_pasted(tmp_path, monkeypatch, capsys):
+    from nemo_fp8_rl.analysis.groups import more_seeds_commands
+
+    monkeypatch.chdir(tmp_path)
+    Workspace(tmp_path, lambda: tmp_path).run("runs/grpo-tiny-qwen3-cpu-bf16")  # the single run
+    first, *_, last = more_seeds_commands(["grpo-tiny-qwen3-cpu-bf16", "grpo-tiny-qwen3-cpu-fp8"])
+    assert last == "nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16-seeds runs/grpo-tiny-qwen3-cpu-fp8-seeds"
+    argv = first.split()[1:]
+    assert invoke(train.main, [*argv, "--dry-run"]) == 0, capsys.readouterr().err
+    assert "seed-1" in capsys.readouterr().out

@@ -88,7 +88,19 @@ SHARE_COUNTS = {
 }
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
 FEW_SEEDS = "over 2 seeds the t factor is 12.7, so the interval says little: run 3 or more"
-ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
+ONE_RUN = (
+    "rests on one run per recipe, so seed-to-seed noise is unknown (more seeds: the commands "
+    "below)"
+)
+
+
+def more_seeds_commands(recipes: Sequence[str], seeds: str = "1-3") -> list[str]:
+    """Commands that train each recipe over `seeds` in a new folder (a single-seed run's own
+    folder cannot also hold `seed-<k>` runs) and compare the results, ready to paste."""
+    lines = [
+        f"nemo_fp8_rl.train --recipe {r} --seeds {seeds} --run-dir runs/{r}-seeds" for r in recipes
+    ]
+    return [*lines, "nemo_fp8_rl.compare " + " ".join(f"runs/{r}-seeds" for r in recipes)]
 
 
 @dataclass

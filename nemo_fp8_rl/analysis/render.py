@@ -23,6 +23,13 @@ class HasValues(Protocol):
 T = TypeVar("T")
 
 
+def precision_title(precisions: Sequence[str]) -> str:
+    """A report's title from its runs' precisions, in order of first appearance: "BF16 vs FP8",
+    "BF16 runs" when all share one precision."""
+    names = list(dict.fromkeys(p.upper() for p in precisions))
+    return f"{names[0]} runs" if len(names) == 1 else " vs ".join(names)
+
+
 def panel_figure(n: int, width: float, height: float, wspace: float):
     """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches.
 

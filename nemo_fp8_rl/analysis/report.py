@@ -20,7 +20,14 @@ import numpy as np
 
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
+from nemo_fp8_rl.analysis.render import (
+    draw_panels,
+    html_table,
+    md_table,
+    precision_title,
+    rich_table,
+    save_pngs,
+)
 from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
@@ -196,7 +203,8 @@ def _run_lines(comparison: Comparison) -> list[tuple[str, list[str]]]:
 
 def render_markdown(comparison: Comparison, plots: dict[str, Path]) -> str:
     """`report.md`: verdicts, runs and notes, summary table, recipe diff, plots (relative links)."""
-    lines = ["# BF16 vs FP8 comparison", "", "## Verdict", ""]
+    title = precision_title([s.precision for s in comparison.summaries])
+    lines = [f"# {title}: comparison", "", "## Verdict", ""]
     lines += [f"- {v}" for v in comparison.verdicts] or ["- no FP8 run to judge"]
     lines += ["", "## Runs", ""]
     for head, notes in _run_lines(comparison):
@@ -241,10 +249,11 @@ _CSS = (
 def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
     """`report.html`: the Markdown report's content, with every PNG embedded as a data URI."""
     e = html.escape
+    title = e(precision_title([s.precision for s in comparison.summaries]))
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8</title><style>{_CSS}</style></head><body>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_CSS}</style></head><body>"
     ]
-    parts.append("<h1>BF16 vs FP8 comparison</h1><h2>Verdict</h2><ul>")
+    parts.append(f"<h1>{title}: comparison</h1><h2>Verdict</h2><ul>")
     parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts] or ["<li>no FP8 run to judge</li>"]
     parts.append("</ul><h2>Runs</h2><ul>")
     for head, notes in _run_lines(comparison):
@@ -288,7 +297,8 @@ def print_comparison(comparison: Comparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(rich_table("BF16 vs FP8", *summary_rows(comparison)))
+    title = precision_title([s.precision for s in comparison.summaries])
+    console.print(rich_table(title, *summary_rows(comparison)))
     for head, notes in _run_lines(comparison):
         console.print(f"[bold]{head}[/bold]", highlight=False)
         for note in notes:

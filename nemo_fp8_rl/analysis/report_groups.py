@@ -21,7 +21,14 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
+from nemo_fp8_rl.analysis.render import (
+    draw_panels,
+    html_table,
+    md_table,
+    precision_title,
+    rich_table,
+    save_pngs,
+)
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
 EMA_ALPHA = 0.2
@@ -225,7 +232,8 @@ def render_markdown(
     comparison: GroupComparison, plots: dict[str, Path], runs_report: str | None
 ) -> str:
     """`report.md` for grouped runs: verdicts, the interval table, per-seed values, plots."""
-    lines = ["# BF16 vs FP8 comparison over seeds", "", "## Verdict", ""]
+    title = precision_title([s.precision for s in comparison.summaries])
+    lines = [f"# {title}: comparison over seeds", "", "## Verdict", ""]
     lines += [f"- {v}" for v in comparison.verdicts]
     lines += ["", "## Summary", "", INTRO, "", *md_table(*table_rows(comparison)), ""]
     lines += ["## Seeds", "", *md_table(*seed_rows(comparison)), ""]
@@ -244,15 +252,16 @@ def render_html(
 ) -> str:
     """`report.html`: the Markdown report's content with the PNGs embedded."""
     e = html.escape
+    title = e(precision_title([s.precision for s in comparison.summaries]))
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8 over seeds</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title} over seeds</title>"
     ]
     parts.append(
         "<style>body{font-family:sans-serif;max-width:1300px;margin:2em auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
         "img{max-width:100%;display:block}</style></head><body>"
     )
-    parts.append("<h1>BF16 vs FP8 comparison over seeds</h1><h2>Verdict</h2><ul>")
+    parts.append(f"<h1>{title}: comparison over seeds</h1><h2>Verdict</h2><ul>")
     parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts]
     parts.append(f"</ul><h2>Summary</h2><p>{e(INTRO)}</p>" + html_table(*table_rows(comparison)))
     parts.append("<h2>Seeds</h2>" + html_table(*seed_rows(comparison)))
@@ -286,7 +295,8 @@ def print_groups(comparison: GroupComparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(rich_table("BF16 vs FP8 over seeds", *table_rows(comparison)))
+    title = precision_title([s.precision for s in comparison.summaries])
+    console.print(rich_table(f"{title} over seeds", *table_rows(comparison)))
     console.print(INTRO, highlight=False)
     for note in _notes(comparison):
         console.print(f"  [yellow]{note}[/yellow]", highlight=False)

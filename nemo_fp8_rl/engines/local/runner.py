@@ -12,6 +12,7 @@ uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,9 @@ class Loop:
         total = time.perf_counter() - t0
         metrics["timing/train/total_step_time"] = total
         metrics["throughput/tokens_per_sec"] = num_tokens(batch) / total
+        # The machine's 1-minute load average: `compare` judges speed only between runs that
+        # ran at a comparable load (on a shared CPU the step time measures the load).
+        metrics["system/load_average_1min"] = os.getloadavg()[0]
         done = k + 1
         period = self.cfg["grpo"]["val_period"]
         if (period and done % period == 0) or (
