@@ -70,8 +70,8 @@ def test_eval_dry_run_checks_and_writes_nothing(tmp_path, capsys):
     assert invoke(eval_cli.main, ["--run", str(run_dir), "--dry-run", "--checkpoint", "step_9"]) == 2
 
 
-def test_study_refuses_seeds_as_separate_words(capsys):
-    argv = ["--analyse-only", "--out", "docs/study/runs", "--report", "/nonexistent", "--seeds"]
+def test_study_refuses_seeds_as_separate_words(tmp_path, capsys):
+    argv = ["--analyse-only", "--out", "docs/study/runs", "--report", str(tmp_path), "--seeds"]
     assert invoke(study.main, [*argv, "1", "2", "3"]) == 2
     assert "Fix: give seeds as --seeds 1,2,3" in capsys.readouterr().err
 
@@ -286,3 +286,49 @@ def test_more_seeds_advice_can_be_pasted(tmp_path, monkeypatch, capsys):
     argv = first.split()[1:]
     assert invoke(train.main, [*argv, "--dry-run"]) == 0, capsys.readouterr().err
     assert "seed-1" in capsys.readouterr().out
+
+
+def _trained_run(root: Path) -> tuple[Path, dict]:
+    """A run folder as the embedded engine leaves it: model/ (the start) and one checkpoint
+    whose trained weights are the start's plus 1."""
+    import torch
+    from catalogue_cases import write_tiny_hf
+    from safetensors.torch import load_file
+
+    from nemo_fp8_rl.engines.local import checkpoint as ckpt
+
+    run = root / "run"
+    model = write_tiny_hf(run / "model")
+    (run / "recipe.yaml").write_text("grpo: {seed: 1}\n")
+    trained = {k: v.float() + 1.0 for k, v in load_file(str(model / "model.safetensors")).items()}
+    state = {"trainer": {"model": trained}, "rng": torch.get_rng_state()}
+    ckpt.save_checkpoint(run / "checkpoints", 1, state, {"recipe": "run"})
+    return run, trained
+
+
+@pytest.mark.parametrize("which", ["run-folder", "checkpoint"])
+def test_refit_export_of_a_trained_checkpoint(tmp_path, which, capsys):
+    import torch
+    from safetensors.torch import load_file
+
+    run, trained = _trained_run(tmp_path)
+    src = run if which == "run-folder" else run / "checkpoints" / "step_1"
+    out = tmp_path / "fp8"
+    assert invoke(refit.main, ["export", str(src), str(out)]) == 0, capsys.readouterr().err
+    (shard,) = out.glob("*.safetensors")
+    exported = load_file(str(shard))
+    norm = "model.norm.weight"  # kept in BF16 by the export: the trained value, not the start
+    assert torch.equal(exported[norm], trained[norm].to(torch.bfloat16))
+    assert "weight_scale_inv" in " ".join(exported)  # and the linear layers in FP8
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fp8", "run"]  # no temporary left
+
+
+def test_refit_export_refuses_a_bad_source_before_importing_torch(tmp_path):
+    code = (
+        "import sys; from nemo_fp8_rl.cli import refit; from nemo_fp8_rl.cli.common import invoke;"
+        f"rc = invoke(refit.main, ['export', {str(tmp_path / 'nope')!r}, {str(tmp_path / 'o')!r}]);"
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 2, done.stderr
+    assert "nope: no such file or folder. Fix: pass a Hugging Face checkpoint folder" in done.stderr
