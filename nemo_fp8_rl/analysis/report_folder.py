@@ -105,13 +105,14 @@ class ReportFolder:
 
 def _remove_recorded(folder: Path, record: dict, keep_plots: bool = False) -> list[str]:
     """Delete the files an earlier comparison recorded (only files inside `folder`), except
-    its PNG plots with `keep_plots`; returns the files kept."""
+    with `keep_plots` its plots (the PNGs the reports write at the folder's top level; any
+    other recorded file is stale); returns the files kept."""
     root = folder.resolve()
     kept = []
     for rel in record["files"]:
         path = (folder / str(rel)).resolve()
         if root in path.parents and path.is_file():
-            if keep_plots and path.suffix == ".png":
+            if keep_plots and path.suffix == ".png" and "/" not in str(rel):
                 kept.append(str(rel))
             else:
                 path.unlink()
