@@ -16,6 +16,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class AblationConfig(_Section):
+    """Labelled ablations of the loss, for link-by-link experiments (none of them is FP8).
+
+    `negative_gradient_drop_q`: each valid negative-advantage token, independently with
+    probability q, gets exactly the lower clip's zero gradient (its PPO term is kept in the loss
+    value and the token count, detached), whatever its ratio. It isolates the one link from
+    clipped A<0 tokens to the symptoms, in any precision: q = 0 is the unmodified loss, q = 1
+    removes every negative gradient. Drawn from the trainer's torch generator (checkpointed).
+    """
+
+    negative_gradient_drop_q: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of A<0 tokens given the lower clip's zero gradient at random",
+    )
+
+
 class CalibrationConfig(_Section):
     """Calibrated Clipping: clip bounds re-derived from BF16 shadow passes every `interval` steps.
 

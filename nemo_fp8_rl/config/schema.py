@@ -17,7 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_fp8_rl.config.errors import ConfigIssue
-from nemo_fp8_rl.config.project import CalibrationConfig, LocalConfig, RefitConfig, SlurmConfig
+from nemo_fp8_rl.config.project import (
+    AblationConfig,
+    CalibrationConfig,
+    LocalConfig,
+    RefitConfig,
+    SlurmConfig,
+)
 
 # Sections whose keys are free-form (NeMo RL passes them through to another library).
 OPEN = (
@@ -50,6 +56,7 @@ DERIVED = (
 
 PROJECT_SECTIONS: dict[str, type[BaseModel]] = {
     "loss_fn.calibration": CalibrationConfig,
+    "loss_fn.ablation": AblationConfig,
     "local": LocalConfig,
     "refit": RefitConfig,
     "slurm": SlurmConfig,
