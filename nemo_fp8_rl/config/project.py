@@ -70,7 +70,17 @@ class CalibrationConfig(_Section):
         "min(1, M / m_min) only while the pool holds fewer (0: one window, no weighting)",
     )
     max_pool_windows: int = Field(
-        16, ge=1, description="at most this many calibration windows pooled for L*"
+        16,
+        ge=1,
+        description="W: the calibration windows pooled for L* (the latest W; at most W under "
+        "pool_rule until_min_clipped)",
+    )
+    pool_rule: Literal["fixed_windows", "until_min_clipped"] = Field(
+        "fixed_windows",
+        description="fixed_windows: the latest max_pool_windows windows, the run's first one "
+        "only while it is alone, L* matched without rank bias; until_min_clipped: the latest "
+        "windows until their clipped counts reach m_min (an outcome-dependent boundary, biased; "
+        "the rule of runs made before fixed_windows existed)",
     )
     rho_tolerance: float = Field(
         0.005,
