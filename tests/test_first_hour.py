@@ -332,3 +332,44 @@ def test_refit_export_refuses_a_bad_source_before_importing_torch(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 2, done.stderr
     assert "nope: no such file or folder. Fix: pass a Hugging Face checkpoint folder" in done.stderr
+
+
+def test_a_run_keeps_its_color_and_the_legend_covers_no_panel():
+    import numpy as np
+
+    from nemo_fp8_rl.analysis.report import Curve, PlotSpec, draw_plot
+
+    spec = PlotSpec("bounds", "bounds", (("train/calib_low", "L"), ("train/calib_high", "H")))
+    steps = np.arange(1, 4)
+    panels = [[Curve("b", steps, np.ones(3))], [Curve("a", steps, np.ones(3)),
+                                                 Curve("b", steps, np.ones(3))]]  # fmt: skip
+    fig = draw_plot(spec, panels, names=["a", "b"])
+    left, right = fig.axes
+    assert left.get_lines()[0].get_color() == right.get_lines()[1].get_color() == "C1"
+    assert left.get_legend() is None and right.get_legend() is None
+    (legend,) = fig.legends  # one, below the panels
+    assert [t.get_text() for t in legend.get_texts()] == ["b", "a"]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert all(box.y1 <= ax.get_window_extent().y0 for ax in fig.axes)
+
+
+def test_study_plots_draw_t_interval_bands_in_one_color_per_recipe():
+    import numpy as np
+    from matplotlib.figure import Figure
+
+    from nemo_fp8_rl.analysis.stats import band
+    from nemo_fp8_rl.study import report
+
+    grid = np.array([[0.4, 0.4, 0.5], [0.6, 0.2, 0.1], [0.5, 0.3, 0.3]])
+    ax = Figure().subplots()
+    report.draw_recipe(ax, [0, 1, 2], grid, "b", ["a", "b"])
+    (line,) = ax.get_lines()
+    assert line.get_color() == "C1" and "(3 seeds, mean, band: 95 % Student-t interval)" in (
+        line.get_label()
+    )
+    _, low, high = band(grid)
+    (poly,) = ax.collections
+    ys = poly.get_paths()[0].vertices[:, 1]
+    assert ys.min() == pytest.approx(low.min()) and ys.max() == pytest.approx(high.max())
+    assert low.min() < grid.min()  # wider than min-max with three seeds: not the old band

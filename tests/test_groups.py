@@ -139,8 +139,8 @@ def test_band_plot_data_is_mean_over_seeds_with_smoothing_in_the_label(grouped):
     fig = draw_band_plot(spec, [reward, accuracy])
     ax = fig.axes[1]
     assert [line.get_label() for line in ax.get_lines()] == [
-        "bf16 (3 seeds, mean, 95 % band)",
-        "fp8 (3 seeds, mean, 95 % band)",
+        "bf16 (3 seeds, mean, band: 95 % Student-t interval)",
+        "fp8 (3 seeds, mean, band: 95 % Student-t interval)",
     ]
     assert len(ax.collections) == 2  # one shaded band per recipe
 

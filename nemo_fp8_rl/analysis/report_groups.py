@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
 from nemo_fp8_rl.analysis.render import (
+    EMA_ALPHA,
+    SMOOTHED,
     draw_panels,
     html_table,
     md_table,
@@ -31,16 +34,6 @@ from nemo_fp8_rl.analysis.render import (
 )
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
-EMA_ALPHA = 0.2
-SMOOTHED = (
-    "train/reward",
-    "train/entropy",
-    "train/clip_lower_frac_neg",
-    "train/clip_upper_frac_pos",
-    "train/clip_dual_frac_neg",
-    "train/token_mult_prob_error",
-    "train/gen_kl_error",
-)
 SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
     ("overclip_q", "over-clipped A<0 tokens (FP8 only, shadow steps)"),
     ("clip_lower_q", "lower-clipped A<0 tokens (every step)"),
@@ -62,7 +55,7 @@ class Band:
     @property
     def label(self) -> str:
         what = f"{self.group} ({self.seeds} seed{'s' if self.seeds != 1 else ''}"
-        what += ", mean, 95 % band" if self.seeds > 1 else ""
+        what += ", mean, band: 95 % Student-t interval" if self.seeds > 1 else ""
         return what + (f", {self.smoothing})" if self.smoothing else ")")
 
 
@@ -145,7 +138,7 @@ def band_data(comparison: GroupComparison, spec: PlotSpec) -> list[list[Band]]:
     return panels
 
 
-def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
+def draw_band_plot(spec: PlotSpec, panels: list[list[Band]], names: Sequence[str] = ()):
     """One figure (no pyplot state): per panel a line per recipe and its shaded interval."""
 
     def draw(ax, metric: str, color: str, b: Band) -> _AsCurve:
@@ -154,7 +147,10 @@ def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
             ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
         return _AsCurve(b.mean[np.isfinite(b.mean)])
 
-    return draw_panels(spec.title, spec.panels, panels, draw, (5.5, 3.6, 0.3), 7)
+    names = list(names) or list(dict.fromkeys(b.group for items in panels for b in items))
+    return draw_panels(
+        spec.title, spec.panels, panels, draw, (5.5, 3.6, 0.3), 7, None, names, lambda b: b.group
+    )
 
 
 @dataclass(frozen=True)
@@ -208,7 +204,10 @@ def draw_overclip_plot(comparison: GroupComparison):
 def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
     """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
     panels = {spec: band_data(comparison, spec) for spec in PLOTS}
-    figures = {spec.name: draw_band_plot(spec, p) for spec, p in panels.items() if any(p)}
+    names = [s.name for s in comparison.summaries]  # one color per recipe in every figure
+    figures = {
+        spec.name: draw_band_plot(spec, p, names) for spec, p in panels.items() if any(p)
+    }
     return save_pngs(figures | {"overclip_entropy": draw_overclip_plot(comparison)}, out_dir)
 
 
