@@ -27,23 +27,7 @@ from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS, hf_weight_shapes, recipe_
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
-
-
-def wire_bytes(config: dict) -> tuple[int, int, float]:
-    """`(trainer, generator)` bytes of one refit of the whole model, and the trainer/generator
-    ratio over the FP8 weights alone (their E4M3 + scales against their BF16)."""
-    shapes = dict(hf_weight_shapes(config))
-    layout = NemoFp8Layout(shapes, NemoFp8Rules(num_layers=config["num_hidden_layers"]))
-    trainer = generator = fp8_trainer = fp8_generator = 0
-    for name, shape in shapes.items():
-        sent = sum(
-            math.prod(s) * dtype.itemsize
-            for _, s, dtype in layout.planned(name, shape, torch.bfloat16)
-        )
-        trainer, generator = trainer + sent, generator + 2 * math.prod(shape)
-        if layout.is_fp8(name):
-            fp8_trainer, fp8_generator = fp8_trainer + sent, fp8_generator + 2 * math.prod(shape)
-    return trainer, generator, fp8_trainer / fp8_generator
+from nemo_fp8_rl.refit.wire_bytes import wire_bytes
 
 
 def _fastest(fn, repeat: int) -> tuple[float, object]:

@@ -298,6 +298,18 @@ def write_block(path: Path, block: str) -> None:
     path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text), encoding="utf-8")
 
 
+def missing_runs(run_root: Path) -> list[str]:
+    """The variants whose run folder (with its metrics, plain or packed) is not in `run_root`."""
+    return [
+        v
+        for v, _ in VARIANTS
+        if not any(
+            (run_root / f"grpo-tiny-qwen3-cpu-{v}" / name).is_file()
+            for name in ("metrics.jsonl", "metrics.jsonl.gz")
+        )
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Print the block, or write it into a file between the markers."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -305,6 +317,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", type=Path, help="file whose marked block is replaced")
     parser.add_argument("--archive", type=Path, help="copy the runs' data into this folder")
     args = parser.parse_args(argv)
+    missing = missing_runs(args.runs)
+    if missing:
+        v = missing[0]
+        print(
+            f"error: {args.runs / f'grpo-tiny-qwen3-cpu-{v}'}: no such run (the table needs "
+            f"all {len(VARIANTS)}; missing: {', '.join(missing)}). Fix: train it with `uv run "
+            f"nemo_fp8_rl.train --recipe tiny/grpo-tiny-qwen3-cpu-{v}`, or pass --runs with the "
+            "folder holding the runs",
+            file=sys.stderr,
+        )
+        return 2
     if args.archive:
         archive(args.runs, args.archive)
         return 0

@@ -13,19 +13,28 @@ Llama's 14336 x 4096 MLP weights, most of it NeMo RL's FP32 temporaries).
 every tensor is covered once and both rules on every shape; `both` runs each tensor twice.
 Prints one line per model (tensors, elements, mismatches, seconds) and exits 1 on any mismatch.
 
+`--sample N` covers, instead of every tensor, N tensors of every distinct FP8 shape (spread
+evenly over the model's layers; DeepSeek-V3 holds 44 788 FP8 tensors, 655 G elements, beyond a
+CPU budget), and says how many of the model's FP8 tensors that is. `--ignored-kws` sets
+`quantization_ignored_layer_kws` (default: the recipes' `a_proj,b_proj` for the MLA models,
+none for the others; `none` quantizes MLA's low-rank projections too, so their shapes are swept).
+
     uv run python scripts/refit_bitexact_sweep.py --nemo-rl-src /path/to/nemo-rl [--models qwen3-4b]
+    uv run python scripts/refit_bitexact_sweep.py --nemo-rl-src ... --models deepseek-v3 --sample 2
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
+from collections.abc import Iterator
 
 import torch
 
 from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS as MODELS
-from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, recipe_model_config
+from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, is_mla, recipe_model_config
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
@@ -45,15 +54,40 @@ def same_bits(
     return bool(torch.equal(nan1, nan2) and (bits_equal | nan1).all())
 
 
-def sweep_model(module, config: dict, pow2_mode: str, gen: torch.Generator) -> dict:
-    """Compare every FP8 weight of one model; returns counts and the first mismatches."""
-    rules = NemoFp8Rules(num_layers=config["num_hidden_layers"])
-    count = elements = 0
-    mismatches: list[str] = []
+def fp8_weights(config: dict, rules: NemoFp8Rules) -> Iterator[tuple[int, str, tuple]]:
+    """(layer, name, shape) of every weight vLLM holds in FP8, layer by layer."""
     for layer in range(config["num_hidden_layers"]):
         shapes = dict(hf_weight_shapes(config, layers=[layer], top_level=False))
         layout = NemoFp8Layout(shapes, rules)
         for name in sorted(layout.fp8_names):
+            yield layer, name, shapes[name]
+
+
+def sampled(weights: list[tuple[int, str, tuple]], per_shape: int) -> set[str]:
+    """`per_shape` names of every distinct shape, spread evenly over the list."""
+    by_shape: dict[tuple, list[str]] = {}
+    for _, name, shape in weights:
+        by_shape.setdefault(tuple(shape), []).append(name)
+    picked = set()
+    for names in by_shape.values():
+        step = max(1, len(names) // per_shape)
+        picked.update(names[::step][:per_shape])
+    return picked
+
+
+def sweep_model(
+    module, config: dict, pow2_mode: str, gen: torch.Generator, ignored: tuple, sample: int
+) -> dict:
+    """Compare the FP8 weights of one model (all, or `sample` per shape); counts, mismatches."""
+    rules = NemoFp8Rules(num_layers=config["num_hidden_layers"], ignored_keywords=ignored)
+    weights = list(fp8_weights(config, rules))
+    keep = sampled(weights, sample) if sample else {n for _, n, _ in weights}
+    count = elements = 0
+    mismatches: list[str] = []
+    shapes_seen: set[tuple] = set()
+    for layer in range(config["num_hidden_layers"]):
+        shapes = {n: s for ly, n, s in weights if ly == layer and n in keep}
+        for name in sorted(shapes):
             std = 10 ** (-4 * torch.rand((), generator=gen).item())
             weight = (torch.randn(shapes[name], generator=gen) * std).to(torch.bfloat16)
             modes = (
@@ -67,13 +101,23 @@ def sweep_model(module, config: dict, pow2_mode: str, gen: torch.Generator) -> d
                     mismatches.append(f"{name} pow2={pow2}")
             count += 1
             elements += weight.numel()
+            shapes_seen.add(tuple(shapes[name]))
             del weight
-        print(
-            f"  layer {layer}: {count} tensors, {len(mismatches)} mismatches",
-            file=sys.stderr,
-            flush=True,
-        )
-    return {"tensors": count, "elements": elements, "mismatches": mismatches}
+        if shapes:
+            print(
+                f"  layer {layer}: {count} tensors, {len(mismatches)} mismatches",
+                file=sys.stderr,
+                flush=True,
+            )
+    total = sum(math.prod(s) for _, _, s in weights)
+    return {
+        "tensors": count,
+        "elements": elements,
+        "mismatches": mismatches,
+        "of_tensors": len(weights),
+        "of_elements": total,
+        "shapes": len(shapes_seen),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pow2", choices=("alternate", "off", "on", "both"), default="alternate")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sample", type=int, default=0, help="tensors per distinct shape (0: all)")
+    parser.add_argument(
+        "--ignored-kws",
+        default=None,
+        help="comma list of quantization_ignored_layer_kws, or none (default: a_proj,b_proj for "
+        "MLA models, none otherwise)",
+    )
     args = parser.parse_args(argv)
     names = list(MODELS) if args.models == "all" else args.models.split(",")
     unknown = [n for n in names if n not in MODELS]
@@ -94,17 +145,27 @@ def main(argv: list[str] | None = None) -> int:
     failed = False
     for name in names:
         config = recipe_model_config(name)
+        ignored = _ignored(args.ignored_kws, config)
         start = time.perf_counter()
-        result = sweep_model(module, config, args.pow2, gen)
+        result = sweep_model(module, config, args.pow2, gen, ignored, args.sample)
         seconds = time.perf_counter() - start
         failed |= bool(result["mismatches"])
         print(
-            f"{name}: {result['tensors']} FP8 tensors, {result['elements'] / 1e9:.2f} G elements, "
+            f"{name}: {result['tensors']} FP8 tensors of {result['of_tensors']} "
+            f"({result['shapes']} distinct shapes), {result['elements'] / 1e9:.2f} of "
+            f"{result['of_elements'] / 1e9:.2f} G elements, ignored {list(ignored)}, "
             f"pow2 {args.pow2}, {len(result['mismatches'])} mismatches, {seconds:.0f} s"
             + (f" (first: {result['mismatches'][:3]})" if result["mismatches"] else ""),
             flush=True,
         )
     return 1 if failed else 0
+
+
+def _ignored(flag: str | None, config: dict) -> tuple[str, ...]:
+    """The ignored keywords for one model: the flag's, or the recipes' default."""
+    if flag is None:
+        return ("a_proj", "b_proj") if is_mla(config) else ()
+    return () if flag == "none" else tuple(k for k in flag.split(",") if k)
 
 
 if __name__ == "__main__":

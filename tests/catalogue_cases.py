@@ -257,7 +257,7 @@ CASES: list[Case] = [
     # ---- recipes: files that are not recipes ------------------------------------------------
     Case("binary-recipe", "recipes", ("show", "{ws}/bin.yaml"), 2, "not a text file", _binary_recipe, subprocess=True),
     Case("binary-under-recipes-list", "recipes", ("list",), 1, "invalid recipe, left out of the list", _binary_under_recipes, env={"NEMO_FP8_RL_HOME": "{ws}/project"}, stdout="tiny/grpo-tiny-qwen3-cpu-fp8"),
-    Case("binary-under-recipes-validate", "recipes", ("validate",), 1, "not a text file", _binary_under_recipes, env={"NEMO_FP8_RL_HOME": "{ws}/project"}, stdout=" valid, 1 invalid"),
+    Case("binary-under-recipes-validate", "recipes", ("validate",), 2, "not a text file", _binary_under_recipes, env={"NEMO_FP8_RL_HOME": "{ws}/project"}, stdout=" valid, 1 invalid"),
     Case("nul-byte", "recipes", SHOW, 2, "not a text file (NUL byte", _set("r.yaml", f"defaults: {BF16}\ngrpo:\n  seed: 1\x00\n")),
     Case("latin1-bytes", "recipes", SHOW, 2, "not a text file", _set("r.yaml", f"defaults: {BF16}\n# caf\xe9\n".encode("latin-1"))),
     Case("huge-file", "recipes", SHOW, 2, "larger than the 16,777,216", _set("r.yaml", "#" * (16 * 2**20 + 1))),

@@ -82,7 +82,7 @@ CASES: list[Case] = [
     Case("compare-json-recipes", "compare", (T, F, "--json"), 2, "--json goes with runs"),
     Case("refit-no-subcommand", "refit", (), 2, "the following arguments are required"),
     Case("recipes-unknown-subcommand", "recipes", ("lst",), 2, "invalid choice: 'lst'"),
-    Case("validate-invalid", "recipes", ("validate", "{ws}/r.yaml"), 1, "error: recipes validate: 1 of 1 recipe(s) invalid", _recipe(f"defaults: {BF16}\ngrpo:\n  max_num_step: 3\n"), stdout="did you mean grpo.max_num_steps?"),
+    Case("validate-invalid", "recipes", ("validate", "{ws}/r.yaml"), 2, "error: recipes validate: 1 of 1 recipe(s) invalid", _recipe(f"defaults: {BF16}\ngrpo:\n  max_num_step: 3\n"), stdout="did you mean grpo.max_num_steps?"),
     # ---- unknown recipe names: the closest names, not all of them -----------------------------
     Case("recipe-typo-train", "train", ("--recipe", "tiny/grpo-tiny-qwen3-cpu-bf1", "--dry-run"), 2, "did you mean tiny/grpo-tiny-qwen3-cpu-bf16", subprocess=True),
     Case("recipe-typo-stem", "recipes", ("show", "grpo-qwen3-4b-1n8g-fp9"), 2, "did you mean qwen3-4b/grpo-qwen3-4b-1n8g-fp8"),

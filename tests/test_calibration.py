@@ -173,6 +173,9 @@ def test_prepare_samples_drops_nonfinite_and_masked_and_clamps_log_ratio() -> No
 
 
 # ---- Calibrator -------------------------------------------------------------------------------
+OLD = "until_min_clipped"  # the pool rule whose L* = x_(M+1) the hand-worked numbers use
+
+
 def make_cal(**kw) -> Calibrator:
     cfg = CalibrationConfig(**{"enabled": True, "min_tokens": 4, **kw})
     return Calibrator(cfg, ratio_clip_min=0.2, ratio_clip_max=0.2, ratio_clip_c=None)
@@ -223,11 +226,11 @@ def test_update_rate_limits_and_relax_only() -> None:
     m = cal.update(0)
     assert cal.bounds[0] == pytest.approx(0.79) and m["calib_cap_hit_low"] == 1.0
     assert 1.2 <= cal.bounds[1] <= 1.22
-    tight = make_cal(smoothing=1.0)
-    tight.observe(**noisy_batch(0, noise=0.0))  # identical ratios: L* is just above L0
+    tight = make_cal(smoothing=1.0, pool_rule=OLD)
+    tight.observe(**noisy_batch(0, noise=0.0))  # identical ratios: x_(M+1) is just above L0
     tight.update(0)
     assert tight.bounds[0] == pytest.approx(0.8)  # relax-only: never above nominal
-    allow = make_cal(smoothing=1.0, allow_tighten=True)
+    allow = make_cal(smoothing=1.0, allow_tighten=True, pool_rule=OLD)
     allow.observe(**noisy_batch(0, noise=0.0))
     allow.update(0)
     assert allow.bounds[0] > 0.8
@@ -329,7 +332,7 @@ def test_H_target_is_solved_at_the_lower_bound_that_will_be_in_force() -> None:
     r8 = [0.5, 0.6, 0.65, 1.0, 1.0, 1.3]
     r16 = [0.5, 0.9, 0.9, 1.0, 1.0, 1.0]
     adv = [-1.0, -1.0, -1.0, -1.0, 1.0, 1.0]
-    cal = make_cal(min_tokens=1, min_clipped_tokens=0, max_step_low=1.0)
+    cal = make_cal(min_tokens=1, min_clipped_tokens=0, max_step_low=1.0, pool_rule=OLD)
     cal.observe(fp8_ratio=T(r8), bf16_ratio=T(r16), advantages=T(adv))
     m = cal.update(0)
     assert m["calib_low_target"] == pytest.approx(0.6) and cal.bounds[0] == pytest.approx(0.7)
@@ -377,11 +380,11 @@ def test_windows_are_pooled_until_L_target_rests_on_min_clipped_tokens() -> None
     batch = noisy_batch(0, noise=0.2)
     neg = batch["advantages"] < 0
     m_clipped = int((batch["bf16_ratio"][neg] < 0.8).sum())
-    cal = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0)
+    cal = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0, pool_rule=OLD)
     cal.observe(**batch)
     first = cal.update(0)
     assert first["calib_low_weight"] == 0.5 and first["calib_low_pool_windows"] == 1.0
-    resumed = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0)
+    resumed = make_cal(min_clipped_tokens=2 * m_clipped, max_step_low=1.0, pool_rule=OLD)
     resumed.load_state_dict(json.loads(json.dumps(cal.state_dict())))
     later = noisy_batch(1, noise=0.2)
     outs = []

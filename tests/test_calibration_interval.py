@@ -118,7 +118,7 @@ def _window(rng: torch.Generator, clipped: int, n: int = 500):
 
 def test_pool_reaches_back_until_enough_clipped_tokens():
     rng = torch.Generator().manual_seed(0)
-    pool = LowerPool(L0, min_clipped=16, max_windows=16)
+    pool = LowerPool(L0, min_clipped=16, max_windows=16, rule="until_min_clipped")
     windows = [_window(rng, 2) for _ in range(10)]
     for step, (fp8, bf16) in enumerate(windows):
         pool.add(step, fp8, bf16)
@@ -132,7 +132,7 @@ def test_pool_reaches_back_until_enough_clipped_tokens():
 
 def test_pool_keeps_one_window_when_it_clips_enough_and_caps_its_length():
     rng = torch.Generator().manual_seed(1)
-    pool = LowerPool(L0, min_clipped=16, max_windows=4)
+    pool = LowerPool(L0, min_clipped=16, max_windows=4, rule="until_min_clipped")
     for step in range(6):
         pool.add(step, *_window(rng, 1))
     assert pool.target().windows == 4 and pool.target().weight == 4 / 16
@@ -141,19 +141,23 @@ def test_pool_keeps_one_window_when_it_clips_enough_and_caps_its_length():
     got = pool.target()
     assert (got.windows, got.clipped) == (1, 40)
     assert got.low_target == lower_target(fp8, bf16, L0)[0]
-    single = LowerPool(L0, min_clipped=0, max_windows=16)  # m_min = 0: the per-window rule
+    single = LowerPool(L0, min_clipped=0, max_windows=16, rule="until_min_clipped")  # per window
     for step in range(3):
         single.add(step, *_window(rng, 2))
     assert (single.target().windows, single.target().weight) == (1, 1.0)
 
 
-def test_pool_state_round_trips_and_stays_small():
+@pytest.mark.parametrize("rule", ["fixed_windows", "until_min_clipped"])
+def test_pool_state_round_trips_and_stays_small(rule):
     rng = torch.Generator().manual_seed(2)
-    pool = LowerPool(L0, min_clipped=16, max_windows=16)
+    pool = LowerPool(L0, min_clipped=16, max_windows=16, rule=rule)
     for step in range(5):
         pool.add(step, *_window(rng, 1, n=20_000))
     state = pool.state_dict()
     assert all(len(w["smallest"]) <= 1 + 16 * 16 + 64 for w in state)
-    again = LowerPool(L0, min_clipped=16, max_windows=16)
+    again = LowerPool(L0, min_clipped=16, max_windows=16, rule=rule)
     again.load_state_dict(state)
     assert again.target() == pool.target()
+    for p in (pool, again):  # the first window's handling survives the round trip
+        p.add(5, *_window(torch.Generator().manual_seed(3), 1, n=20_000))
+    assert again.target() == pool.target() and again.added == pool.added == 6

@@ -108,7 +108,9 @@ def test_real_runs_summary_and_verdict(tiny_runs):
         e.key for e in comparison.recipe_diff.by_group()["precision"]
     ]
     (line,) = comparison.verdicts
-    assert line.startswith("fp8 (FP8): ") and "(validation accuracy, step 4)" in line
+    assert line.startswith("fp8 (FP8): ") and (
+        "(mean validation accuracy after step 0, BF16-scored, step 4)" in line
+    )
     assert "faster" in line or "slower" in line
 
 

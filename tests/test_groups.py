@@ -19,6 +19,9 @@ from nemo_fp8_rl.engines.local.metrics import MetricsLogger
 STEPS = 20
 
 
+R = "mean validation accuracy after step 0, scored in rollout precision"
+
+
 def write_seed_run(
     root: Path,
     recipe: str,
@@ -47,8 +50,8 @@ def write_seed_run(
             "train/clip_lower_frac_neg": clip * (1 + 0.1 * np.sin(step)),
             "timing/train/total_step_time": 1.0,
         }
-        if step % 10 == 0:
-            metrics["validation/accuracy"] = acc * step / STEPS
+        if step % 10 == 0:  # constant: the endpoint (mean after step 0) is `acc` itself
+            metrics["validation/accuracy"] = acc
         logger.log(step, {**metrics, **(extra or {})})
     logger.close()
     return run_dir
@@ -78,7 +81,7 @@ def test_recipe_folder_expands_to_its_seeds_and_groups_by_recipe(grouped):
 def test_paired_constant_gap_is_a_zero_width_interval_and_says_lower(grouped):
     comparison = compare_groups(_runs(grouped, "bf16", "fp8"))
     gap = comparison.gaps["fp8"]
-    assert gap.paired and gap.step == 20 and gap.label == "validation accuracy"
+    assert gap.paired and gap.step == 20 and gap.label == R
     assert (gap.interval.estimate, gap.interval.low, gap.interval.high) == pytest.approx(
         (-5, -5, -5)
     )
@@ -105,10 +108,7 @@ def test_one_seed_each_says_it_rests_on_one_run(tmp_path, capsys):
     write_seed_run(tmp_path, "bf16", 1, fp8=False, acc=0.6, clip=0.01)
     write_seed_run(tmp_path, "fp8", 1, fp8=True, acc=0.5, clip=0.01)
     (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
-    assert (
-        "10.0 points lower than BF16 (validation accuracy at step 20); this rests on one run"
-        in verdict
-    )
+    assert f"10.0 points lower than BF16 ({R} at step 20); this rests on one run" in verdict
     assert "[" not in verdict.split(";")[0]
     out = tmp_path / "out"
     assert (
@@ -134,13 +134,13 @@ def test_band_plot_data_is_mean_over_seeds_with_smoothing_in_the_label(grouped):
     assert reward[0].smoothing == "EMA alpha=0.2" and "EMA alpha=0.2" in reward[0].label
     acc = accuracy[1]
     assert acc.smoothing is None and list(acc.steps) == [10, 20]
-    assert acc.mean == pytest.approx([0.275, 0.55])
+    assert acc.mean == pytest.approx([0.55, 0.55])
     assert np.all(acc.low <= acc.mean) and np.all(acc.mean <= acc.high)
     fig = draw_band_plot(spec, [reward, accuracy])
     ax = fig.axes[1]
     assert [line.get_label() for line in ax.get_lines()] == [
-        "bf16 (3 seeds, mean, 95 % band)",
-        "fp8 (3 seeds, mean, 95 % band)",
+        "bf16 (3 seeds, mean, band: 95 % Student-t interval)",
+        "fp8 (3 seeds, mean, band: 95 % Student-t interval)",
     ]
     assert len(ax.collections) == 2  # one shaded band per recipe
 

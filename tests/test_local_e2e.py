@@ -91,6 +91,10 @@ def test_steps_checkpoint_and_exact_resume(name, tmp_path):
     assert shadow_steps == ([1, 3] if fp8 else [])  # steps 0 and 2 (0-based) in FP8 only
     assert all(r["timing/train/shadow"] > 0 for r in records[1:] if r["step"] in shadow_steps)
     assert ("validation/accuracy" in records[2]) and ("validation/accuracy" in records[4])
+    for r in (records[0], records[2], records[4]):  # every validation has its BF16 score too
+        assert 0.0 <= r["validation/bf16_accuracy"] <= 1.0
+        if not fp8:  # a BF16 rollout engine's score is the BF16 score
+            assert r["validation/bf16_accuracy"] == r["validation/accuracy"]
     assert (full / "recipe.yaml").exists() and (full / "model" / "config.json").exists()
     env = json.loads((full / "environment.json").read_text())
     assert env["engine"] == "local" and env["versions"]["torch"]

@@ -102,3 +102,23 @@ def test_llama_architecture_runs_a_step(tmp_path, monkeypatch):
     trainer, rollout, m = _step("grpo-tiny-qwen3-cpu-fp8", tmp_path, monkeypatch, arch)
     assert type(trainer.model).__name__ == "LlamaForCausalLM"
     assert math.isfinite(m["train/loss"]) and m["train/prob_nmae"] > 0
+
+
+def test_bf16_validation_scores_the_masters_not_the_fp8_weights(tmp_path, monkeypatch):
+    """An FP8 recipe's validation has a BF16-generation score: a BF16 twin of the rollout engine
+    holds the trainer's masters rounded to BF16 (not the FP8 weights the rollout engine holds)
+    and computes without FP8."""
+    from nemo_fp8_rl.fp8.emulation import FP8EmulatedLinear
+
+    trainer, rollout, _ = _step("grpo-tiny-qwen3-cpu-fp8", tmp_path, monkeypatch)
+    rollout.apply_refit(trainer.refit_buckets())
+    scores = rollout.validate_bf16(trainer.bf16_refit_buckets(), seed=1)
+    assert set(scores) == {"validation/bf16_accuracy", "validation/bf16_accuracy_sampled"}
+    twin = rollout._bf16_twin
+    linears = [m for m in twin.model.modules() if isinstance(m, FP8EmulatedLinear)]
+    assert linears and not any(m.fp8_enabled for m in linears)
+    name = "model.layers.0.mlp.up_proj.weight"
+    master = dict(trainer.model.named_parameters())[name].detach().to(torch.bfloat16).float()
+    assert torch.equal(dict(twin.model.named_parameters())[name].detach().float(), master)
+    fp8_weight = dict(rollout.model.named_parameters())[name].detach().float()
+    assert not torch.equal(fp8_weight, master)

@@ -208,7 +208,7 @@ def test_progress_bar_shows_step_and_headline_lines():
 
     from nemo_fp8_rl.engines.local.metrics import ProgressBar
 
-    bar = ProgressBar(total=3, start=0, enabled=True, name="tiny")
+    bar = ProgressBar(total=3, start=0, enabled=True, name="tiny", terminal=True)
     bar.update(
         {
             "train/reward": 0.5,
@@ -222,4 +222,17 @@ def test_progress_bar_shows_step_and_headline_lines():
     console.print(*bar._bar.get_renderables())
     lines = [line.rstrip() for line in console.export_text().splitlines() if line.strip()]
     assert lines[-2].startswith("step 1/3")
-    assert lines[-1] == "reward 0.500 ent 0.400 L,H 0.780,1.250"
+    assert lines[-1] == "reward 0.500 L,H 0.780,1.250 ent 0.400"
+    assert bar._headline(24) == "reward 0.500"  # whole fields that fit, never a cut one
+
+
+def test_progress_without_a_terminal_prints_a_legend_and_lines(capsys):
+    from nemo_fp8_rl.engines.local.metrics import LEGEND, ProgressBar
+
+    bar = ProgressBar(total=20, start=0, enabled=True, name="tiny", terminal=False)
+    for _ in range(20):
+        bar.update({"train/reward": 0.5, "train/clip_lower_frac_neg": 0.01})
+    bar.close()
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "tiny: GRPO steps 0..20, a line every 2 steps" and LEGEND in lines[1]
+    assert lines[2:] == [f"tiny step {k}/20 reward 0.500 clipL- 0.0100" for k in range(2, 21, 2)]

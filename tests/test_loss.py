@@ -433,3 +433,51 @@ def test_micro_batch_without_valid_tokens() -> None:
     assert (
         metrics["probs_ratio_min"] == math.inf and metrics["probs_ratio_clamped_max"] == -math.inf
     )
+
+
+@pytest.mark.parametrize("q", [0.3, 1.0])
+def test_negative_gradient_drop_gives_a_share_q_of_a_neg_tokens_the_clip_zero_gradient(q) -> None:
+    """The labelled ablation `loss_fn.ablation.negative_gradient_drop_q`: about a share q of the
+    valid A<0 tokens get a zero gradient (as if clipped at L), the loss value is unchanged, A>0
+    tokens keep the analytic gradient, and the dropped share is logged."""
+    lp, data = make_batch(7, b=64, s=33, spread=0.05)  # spread 0.05: almost nothing clipped
+    cfg = {"reference_policy_kl_penalty": 0.0}
+    m = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
+    gs, gt = data["sample_mask"].sum(), m.sum()
+    plain, _ = CalibratedClippedPGLoss(cfg)(
+        next_token_logprobs=lp, data=data, global_valid_seqs=gs, global_valid_toks=gt
+    )
+    lp = lp.clone().requires_grad_()
+    fn = CalibratedClippedPGLoss({**cfg, "ablation": {"negative_gradient_drop_q": q}})
+    torch.manual_seed(0)
+    loss, metrics = fn(
+        next_token_logprobs=lp, data=data, global_valid_seqs=gs, global_valid_toks=gt
+    )
+    loss.backward()
+    assert math.isclose(loss.item(), plain.item(), rel_tol=1e-6)
+    adv = data["advantages"][:, 1:]
+    r = (lp.detach() - data["prev_logprobs"][:, 1:]).exp()
+    neg = (adv < 0) & (m > 0) & (r >= 0.8) & (r <= 1.2)
+    zero = neg & (lp.grad == 0)
+    assert neg.sum() > 200
+    assert abs(float(zero.sum() / neg.sum()) - q) < 0.08
+    pos = (adv > 0) & (m > 0) & (r <= 1.2)
+    expected = -adv * r * m / (gt + 1e-8)
+    assert torch.allclose(lp.grad[pos], expected[pos], rtol=1e-5, atol=1e-9)
+    share = derive_sign_fractions(metrics)["neg_grad_drop_frac_neg"]
+    assert abs(share - q) < 0.08
+
+
+def test_negative_gradient_drop_zero_is_the_unmodified_loss() -> None:
+    """q = 0 draws nothing and logs nothing: the loss and gradient are the plain loss's."""
+    lp, data = make_batch(8, b=16, s=33)
+    m = data["token_mask"][:, 1:] * data["sample_mask"][:, None]
+    state = torch.get_rng_state()
+    fn = CalibratedClippedPGLoss({"ablation": {"negative_gradient_drop_q": 0.0}})
+    _, metrics = fn(
+        next_token_logprobs=lp,
+        data=data,
+        global_valid_seqs=data["sample_mask"].sum(),
+        global_valid_toks=m.sum(),
+    )
+    assert torch.equal(torch.get_rng_state(), state) and "neg_grad_drop_frac" not in metrics

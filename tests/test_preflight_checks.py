@@ -55,6 +55,17 @@ def test_moe_fp8_block_shape_and_expert_parallel():
     )
 
 
+def test_mla_fp8_block_shapes_at_deepseek_v3_tp():
+    """MLA's o_proj reads heads x v_head_dim (128 x 128 for DeepSeek-V3), not hidden (7168):
+    TP 16 leaves 1024 per partition; the experts' 2048 / 16 = 128 fits a block, / 32 does not."""
+    model = "deepseek-ai/DeepSeek-V3"
+    assert _check(model, tensor_parallel_size=16, max_model_len=1536, **BLOCK) == []
+    found = " ".join(e.message for e in _check(model, tensor_parallel_size=32, **BLOCK))
+    assert "expert gate/up 2048 / TP 32 = 64" in found  # and the dense layers' 18432 / 32 = 576
+    assert "down_proj input 18432 / TP 32 = 576" in found
+    assert _check("moonshotai/Moonlight-16B-A3B-Instruct", max_model_len=8192, **BLOCK) == []
+
+
 def test_max_model_len_against_the_model_positions():
     (err,) = _check("Qwen/Qwen3-8B-Base", max_model_len=65536)
     assert err.key == "policy.generation.vllm_cfg.max_model_len"

@@ -16,10 +16,18 @@ STUDY = [p for p in RECIPES if p.parent.name == "study"]
 MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
 STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
 NAME = re.compile(
-    r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)(-(?P<length>\d+k))?"
-    r"-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
+    r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)"
+    r"(-async-(?P<age>\d+)off)?(-(?P<length>\d+k))?-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
 )
-MODEL_DIRS = {"llama3.1-8b-instruct", "qwen3-8b-base", "qwen3-4b", "qwen3-30b-a3b", "tiny"}
+MODEL_DIRS = {
+    "llama3.1-8b-instruct",
+    "qwen3-8b-base",
+    "qwen3-4b",
+    "qwen3-30b-a3b",
+    "deepseek-v3",
+    "moonlight-16b-a3b",
+    "tiny",
+}
 PAPER = "paper-fp8-rl"
 PAPER_MODELS = {"qwen3-8b-base", "qwen3-14b-base", "qwen2.5-32b"}
 PRECISION_OVERLAYS = sorted((find_recipes()[0].parents[2] / "configs" / "precision").glob("*.yaml"))
@@ -66,7 +74,7 @@ def test_every_model_has_recipes():
     top = {p.parent.name for p in MODEL_RECIPES if p.parent.parent.name != PAPER}
     paper = {p.parent.name for p in RECIPES if p.parent.parent.name == PAPER}
     assert top == MODEL_DIRS and paper == PAPER_MODELS
-    assert len(RECIPES) >= 38
+    assert len(RECIPES) >= 50
 
 
 @pytest.mark.parametrize("path", MODEL_RECIPES, ids=short_name)
@@ -81,6 +89,10 @@ def test_recipe_validates_and_is_named_after_its_cluster(path):
     else:
         nodes, gpus = map(int, match["where"][:-1].split("n"))
         assert (cluster["num_nodes"], cluster["gpus_per_node"]) == (nodes, gpus)
+    async_grpo = recipe.config["grpo"]["async_grpo"]
+    assert async_grpo["enabled"] == (match["age"] is not None), "async-<k>off names async GRPO"
+    if match["age"] is not None:
+        assert async_grpo["max_trajectory_age_steps"] == int(match["age"])
     assert recipe.config["logger"]["log_dir"] == f"runs/{path.stem}/logs"
     assert recipe.config["checkpointing"]["checkpoint_dir"] == f"runs/{path.stem}/checkpoints"
 
@@ -159,13 +171,40 @@ def test_study_recipes_are_cpu_runs_of_the_tiny_model(path):
     }
 
 
-def test_moe_recipe_parallelism():
-    cfg = load_recipe("qwen3-30b-a3b/grpo-qwen3-30b-a3b-2n8g-fp8").config
+MOE_FP8 = [
+    "qwen3-30b-a3b/grpo-qwen3-30b-a3b-2n8g-fp8",
+    "deepseek-v3/grpo-deepseek-v3-32n8g-fp8",
+    "deepseek-v3/grpo-deepseek-v3-64n8g-async-1off-fp8",
+    "moonlight-16b-a3b/grpo-moonlight-16b-a3b-4n8g-fp8",
+]
+
+
+@pytest.mark.parametrize("name", MOE_FP8)
+def test_moe_recipe_parallelism(name):
+    """FP32 router, experts split, and the training groups tile the training GPUs (the whole
+    cluster, less the generation nodes when generation is not colocated)."""
+    cfg = load_recipe(name).config
     mcore = cfg["policy"]["megatron_cfg"]
     assert mcore["moe_router_dtype"] == "fp32"
     assert mcore["expert_model_parallel_size"] > 1
-    gpus = cfg["cluster"]["num_nodes"] * cfg["cluster"]["gpus_per_node"]
-    assert gpus % (mcore["tensor_model_parallel_size"] * mcore["pipeline_model_parallel_size"]) == 0
+    nodes = cfg["cluster"]["num_nodes"]
+    colocated = cfg["policy"]["generation"]["colocated"]
+    if not colocated["enabled"]:
+        nodes -= colocated["resources"]["num_nodes"]
+    gpus = nodes * cfg["cluster"]["gpus_per_node"]
+    model = mcore["tensor_model_parallel_size"] * mcore["pipeline_model_parallel_size"]
+    assert gpus % model == 0 and (gpus // model) % mcore["expert_model_parallel_size"] == 0
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["deepseek-v3/grpo-deepseek-v3-32n8g-fp8", "moonlight-16b-a3b/grpo-moonlight-16b-a3b-4n8g-fp8"],
+)
+def test_mla_recipes_keep_the_low_rank_projections_bf16_in_vllm(name):
+    """NeMo RL's MLA FP8 recipes: vLLM leaves every layer named *a_proj / *b_proj unquantized."""
+    vllm = load_recipe(name).config["policy"]["generation"]["vllm_cfg"]
+    assert vllm["quantization_ignored_layer_kws"] == ["a_proj", "b_proj"]
+    assert vllm["use_deep_gemm"] is True
 
 
 def test_provenance_names_the_file_that_set_each_key():

@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 from test_compare import expected, write_project_run
 
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import compare_runs
+from nemo_fp8_rl.analysis.render import EMA_ALPHA
 from nemo_fp8_rl.analysis.report import (
     MISSING,
     PLOTS,
@@ -78,13 +80,18 @@ def test_figure_lines_hold_the_plot_data_and_the_surge_marker(comparison):
     fig = draw_plot(spec, panels, {"fp8": 20})
     (ax,) = fig.axes
     lines = [ln for ln in ax.get_lines() if ln.get_label() in ("bf16", "fp8")]
-    for line, curve in zip(lines, panels[0], strict=True):
-        np.testing.assert_array_equal(line.get_xdata(), curve.steps)
-        np.testing.assert_array_equal(line.get_ydata(), curve.values)
+    faint = [ln for ln in ax.get_lines() if ln.get_alpha() == 0.25]
+    for line, raw, curve in zip(lines, faint, panels[0], strict=True):
+        np.testing.assert_array_equal(line.get_xdata(), curve.steps)  # the EMA, labelled
+        np.testing.assert_allclose(line.get_ydata(), stats.ema(curve.values, EMA_ALPHA))
+        np.testing.assert_array_equal(raw.get_ydata(), curve.values)  # per step, faint
+        assert raw.get_color() == line.get_color()
     (marker,) = [ln for ln in ax.get_lines() if ln.get_linestyle() == ":"]
     assert list(marker.get_xdata()) == [20, 20]
     assert marker.get_color() == lines[1].get_color()
-    assert ax.get_ylabel() == "entropy (nats)"
+    assert ax.get_ylabel() == "entropy (nats per token)"
+    assert fig._suptitle.get_text() == "Policy entropy (dotted: detected surge onset)"
+    assert draw_plot(spec, panels)._suptitle.get_text() == "Policy entropy"  # none: not promised
 
 
 def test_empty_panel_says_not_logged(comparison):
@@ -114,8 +121,9 @@ def test_write_report_files(comparison, tmp_path):
 def test_markdown_reports_notes_missing_metrics_and_verdict(comparison):
     md = render_markdown(comparison, {})
     assert (
-        "- fp8 (FP8): 15.0 points above BF16 (validation accuracy, step 30), 1.33x faster, entropy surge at step 20"
-        in md
+        # mean over the common validations 10-30: 0.6*20/30 - 0.6*20/40 = 10 points
+        "- fp8 (FP8): 10.0 points above BF16 (mean validation accuracy after step 0, scored in "
+        "rollout precision, step 30), 1.33x faster, entropy surge at step 20" in md
     )
     assert "incomplete, last step 30 of 40" in md
     assert "last line 31 is not valid JSON (a run still writing it?)" in md
@@ -143,7 +151,7 @@ def test_terminal_output(comparison):
     print_comparison(comparison, console)
     text = console.file.getvalue()
     assert "token_mult_prob_error" in text and "1.33x" in text
-    assert "verdict fp8 (FP8): 15.0 points above BF16" in text  # 0.6*30/30 vs 0.6*30/40
+    assert "verdict fp8 (FP8): 10.0 points above BF16" in text  # mean 0.6*20/30 vs 0.6*20/40
     assert "Recipe differences: bf16 vs fp8" in text
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs, precision_of
 from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
+from nemo_fp8_rl.runs import scores
 
 TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
 DEFAULT_TOLERANCE_POINTS = 2.0
@@ -57,8 +58,8 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
-    Column("val_acc_final", "val acc final", "validation/accuracy", _last),
-    Column("val_acc_best", "val acc best", "validation/accuracy", _best),
+    Column("val_acc_final", "val acc final", scores.BF16_ACCURACY, _last),
+    Column("val_acc_best", "val acc best", scores.BF16_ACCURACY, _best),
     Column("reward", "reward (last 10)", "train/reward", _tail),
     Column("entropy", "entropy (last 10)", "train/entropy", _tail),
     Column("clip_low_neg", "clip<L, A<0", "train/clip_lower_frac_neg", _mean, "{:.4f}"),
@@ -132,7 +133,7 @@ def summarize_run(run: RunData) -> RunSummary:
         alias_note = f"{column.metric} read from {found}"
         if found != column.metric and alias_note not in notes:
             notes.append(alias_note)
-    accuracy = run.get("validation/accuracy")
+    accuracy, _ = run.find(scores.BF16_ACCURACY)
     best_step = None
     if accuracy is not None and len(accuracy.finite()):
         finite = accuracy.finite()
@@ -194,21 +195,84 @@ def speedup(reference: RunData, run: RunData) -> float:
     return float(np.mean(ref) / np.mean(cur))
 
 
+LOAD = "system/load_average_1min"
+# Two runs' mean loads are comparable when they differ by at most this share of the larger one
+# (or by at most LOAD_SLACK: on an idle machine 0.2 against 0.5 is no difference).
+LOAD_TOLERANCE = 0.25
+LOAD_SLACK = 0.5
+
+
+def on_cpu(run: RunData) -> bool:
+    """Whether `run` ran on the embedded CPU engine (its recipe has no GPUs)."""
+    return bool(run.config) and run.config.get("cluster", {}).get("gpus_per_node") == 0
+
+
+def mean_load(run: RunData) -> float | None:
+    """The mean 1-minute load average `run` recorded over its steps, or None."""
+    series, _ = run.find(LOAD)
+    if series is None:
+        return None
+    values = series.values[np.isfinite(series.values)]
+    return float(np.mean(values)) if values.size else None
+
+
+def speed_refusal(reference: RunData, run: RunData) -> str | None:
+    """Why the speed of two CPU runs is not compared (their step times measure the machine's
+    load unless both recorded a comparable one), or None when it may be. GPU runs: None."""
+    if not (on_cpu(reference) or on_cpu(run)):
+        return None
+    loads = [mean_load(reference), mean_load(run)]
+    if None in loads:
+        missing = [r.name for r, x in zip((reference, run), loads, strict=True) if x is None]
+        return f"speed not compared: {', '.join(missing)} recorded no {LOAD}"
+    low, high = sorted(loads)
+    if high - low > max(LOAD_SLACK, LOAD_TOLERANCE * high):
+        return (
+            f"speed not compared: the machine's load differed ({loads[0]:.1f} vs {loads[1]:.1f}, "
+            "mean 1-minute load average over the steps), so the step times measure the load"
+        )
+    return None
+
+
+def pace(reference: RunData, run: RunData, speed: float, no_speed: str) -> str:
+    """The speed part of a verdict: the speedup, why it is not given, and, for an FP8 run on
+    the CPU, that its FP8 is emulated (quantize-dequantize: slower by design)."""
+    refusal = speed_refusal(reference, run)
+    if refusal is not None:
+        text = refusal
+    elif not np.isfinite(speed):
+        text = f"speed unknown ({no_speed})"
+    else:
+        text = f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower"
+    if on_cpu(run) and precision_of(run.config).startswith("fp8"):
+        text += " (FP8 emulated on the CPU: a measure of the emulation, not of FP8 speed)"
+    return text
+
+
+def accuracy_metrics(runs: Sequence[RunData]) -> tuple[tuple[str, str], ...]:
+    """The accuracy metrics a verdict may read, best first, with their labels: the BF16-generation
+    score when every run logged it, else the rollout engine's (never one of each)."""
+    if all(r.get(scores.BF16_ACCURACY) is not None for r in runs):
+        key = scores.BF16_ACCURACY
+    else:
+        key = scores.ROLLOUT_ACCURACY
+    return ((key, f"mean validation accuracy after step 0, {scores.accuracy_label(key)}"),)
+
+
 def accuracy_gap(reference: RunData, run: RunData) -> tuple[float, str, int] | None:
     """Points (x100) by which `run` is above `reference`, on the last step both logged.
 
-    Validation accuracy at the last common validation step after step 0 (step 0 is the policy
-    before any GRPO step, the same in a fair pair); without one, the mean reward of the last
-    `TAIL_STEPS` common steps. Returns (points, what was compared, step), or None.
+    The study's primary endpoint: validation accuracy (`accuracy_metrics`: BF16 generation when
+    both runs logged it) averaged over every common validation step after step 0 (step 0 is the
+    policy before any GRPO step, the same in a fair pair); without one, the mean reward of the last `TAIL_STEPS` common steps.
+    Returns (points, what was compared, step), or None.
     """
-    for metric, label in (
-        ("validation/accuracy", "validation accuracy"),
-        ("train/reward", "reward"),
-    ):
+    for metric, label in (*accuracy_metrics([reference, run]), ("train/reward", "reward")):
         steps, table = align([reference, run], metric)
         both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
         if both.size:
-            picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
+            validation = metric.startswith("validation/")
+            picked = both if validation else both[-TAIL_STEPS:]
             gap = np.mean(table[1, picked]) - np.mean(table[0, picked])
             return float(100.0 * gap), label, int(steps[both[-1]])
     return None
@@ -221,31 +285,33 @@ def verdict(
     speed: float,
     tolerance_points: float,
     no_speed: str = f"no {STEP_TIME}",
+    speed_text: str | None = None,
 ) -> str:
     """One line: accuracy against the reference, speed (or why it is unknown: `no_speed`), and
     entropy health of one run."""
     ref = "BF16" if reference.precision == "bf16" else reference.name
     if gap is None:
         accuracy = (
-            "accuracy not comparable (neither validation/accuracy nor train/reward in both runs)"
+            "accuracy not comparable (neither validation accuracy nor train/reward in both runs)"
         )
     elif abs(gap[0]) <= tolerance_points:
         accuracy = f"matches {ref} within {abs(gap[0]):.1f} points ({gap[1]}, step {gap[2]})"
     else:
         side = "above" if gap[0] > 0 else "below"
         accuracy = f"{abs(gap[0]):.1f} points {side} {ref} ({gap[1]}, step {gap[2]})"
-    pace = (
-        f"speed unknown ({no_speed})"
-        if not np.isfinite(speed)
-        else (f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower")
-    )
+    if speed_text is not None:
+        pace_text = speed_text
+    elif not np.isfinite(speed):
+        pace_text = f"speed unknown ({no_speed})"
+    else:
+        pace_text = f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower"
     if "train/entropy" in summary.missing:
         health = "entropy not logged"
     elif summary.surge_step is None:
         health = "no entropy surge"
     else:
         health = f"entropy surge at step {summary.surge_step}"
-    return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace}, {health}"
+    return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace_text}, {health}"
 
 
 def _reference_index(summaries: Sequence[RunSummary]) -> int:
@@ -278,6 +344,7 @@ def compare_runs(
             speedup(runs[ref], r),
             tolerance_points,
             speed_unknown_reason(runs[ref], r),
+            pace(runs[ref], r, speedup(runs[ref], r), speed_unknown_reason(runs[ref], r)),
         )
         for i, (r, s) in enumerate(zip(runs, summaries, strict=True))
         if i != ref and s.precision != "bf16"

@@ -25,11 +25,13 @@ from nemo_fp8_rl.analysis.compare import (
     DEFAULT_TOLERANCE_POINTS,
     TAIL_STEPS,
     Column,
+    accuracy_metrics,
     align,
     summarize_run,
 )
 from nemo_fp8_rl.analysis.recipe_diff import diff_configs
 from nemo_fp8_rl.analysis.rundata import RunData
+from nemo_fp8_rl.runs import scores
 from nemo_fp8_rl.runs.seeds import seed_of_dir
 
 
@@ -86,7 +88,19 @@ SHARE_COUNTS = {
 }
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
 FEW_SEEDS = "over 2 seeds the t factor is 12.7, so the interval says little: run 3 or more"
-ONE_RUN = "rests on one run per recipe, so seed-to-seed noise is unknown (train more: --seeds 1-3)"
+ONE_RUN = (
+    "rests on one run per recipe, so seed-to-seed noise is unknown (more seeds: the commands "
+    "below)"
+)
+
+
+def more_seeds_commands(recipes: Sequence[str], seeds: str = "1-3") -> list[str]:
+    """Commands that train each recipe over `seeds` in a new folder (a single-seed run's own
+    folder cannot also hold `seed-<k>` runs) and compare the results, ready to paste."""
+    lines = [
+        f"nemo_fp8_rl.train --recipe {r} --seeds {seeds} --run-dir runs/{r}-seeds" for r in recipes
+    ]
+    return [*lines, "nemo_fp8_rl.compare " + " ".join(f"runs/{r}-seeds" for r in recipes)]
 
 
 @dataclass
@@ -227,22 +241,21 @@ def run_value(run: RunData, column: Column) -> float:
 def accuracy_values(runs: Sequence[RunData]) -> tuple[list[float], str, int | None]:
     """One accuracy per run, taken where all `runs` can be compared (x100, points).
 
-    Validation accuracy at the last validation step after 0 that every run logged; else each
-    run's mean reward over the last `TAIL_STEPS` steps all runs logged; else each run's last
-    validation accuracy. Returns (values, what was compared, step or None).
+    The study's primary endpoint: validation accuracy (BF16 generation when every run logged
+    it, `compare.accuracy_metrics`) averaged over every validation step after 0 that all runs
+    logged; else each run's mean reward over the last `TAIL_STEPS` steps all runs logged; else
+    each run's last validation accuracy. Returns (values, what was compared, last step or None).
     """
-    for metric, label in (
-        ("validation/accuracy", "validation accuracy"),
-        ("train/reward", "reward"),
-    ):
+    for metric, label in (*accuracy_metrics(runs), ("train/reward", "reward")):
         steps, table = align(runs, metric)
         both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
         if both.size:
-            picked = both[-1:] if metric == "validation/accuracy" else both[-TAIL_STEPS:]
+            validation = metric.startswith("validation/")
+            picked = both if validation else both[-TAIL_STEPS:]
             return list(100.0 * table[:, picked].mean(axis=1)), label, int(steps[both[-1]])
     values = []
     for run in runs:
-        series = run.get("validation/accuracy")
+        series, _ = run.find(scores.BF16_ACCURACY)
         finite = series.finite() if series is not None else None
         values.append(
             100.0 * float(finite.values[-1]) if finite is not None and len(finite) else np.nan
@@ -277,7 +290,7 @@ def group_verdict(
     who = "BF16" if ref.precision == "bf16" else ref.name
     head = f"{summary.name} ({summary.precision.upper()}, {_seeds_text(summary.seeds)})"
     if gap is None:
-        return f"{head}: accuracy not comparable (no validation/accuracy or train/reward in both)"
+        return f"{head}: accuracy not comparable (no validation accuracy or train/reward in both)"
     iv = gap.interval
     where = f"{gap.label}" + (f" at step {gap.step}" if gap.step is not None else "")
     if iv.has_interval:

@@ -23,14 +23,44 @@ class HasValues(Protocol):
 T = TypeVar("T")
 
 
-def panel_figure(n: int, width: float, height: float, wspace: float):
-    """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches.
+# Per-step series noisy enough to be drawn smoothed (an EMA, with the raw series faint behind it
+# in single-run plots); both reports use these.
+EMA_ALPHA = 0.2
+SMOOTHED = (
+    "train/reward",
+    "train/entropy",
+    "train/clip_lower_frac_neg",
+    "train/clip_upper_frac_pos",
+    "train/clip_dual_frac_neg",
+    "train/token_mult_prob_error",
+    "train/gen_kl_error",
+)
+
+
+def precision_title(precisions: Sequence[str]) -> str:
+    """A report's title from its runs' precisions, in order of first appearance: "BF16 vs FP8",
+    "BF16 runs" when all share one precision."""
+    names = list(dict.fromkeys(p.upper() for p in precisions))
+    return f"{names[0]} runs" if len(names) == 1 else " vs ".join(names)
+
+
+def panel_figure(n: int, width: float, height: float, wspace: float, legend_rows: int = 0):
+    """A figure (no pyplot state) with `n` panels side by side, each `width` x `height` inches,
+    and room below them for a legend of `legend_rows` rows.
 
     Fixed margins: constrained/tight layout would cost an extra draw per figure."""
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width * n, height), dpi=100)
-    fig.subplots_adjust(left=0.14 / n + 0.03, right=0.98, bottom=0.15, top=0.86, wspace=wspace)
+    extra = 0.22 * legend_rows  # inches of legend below the x-axis label
+    fig = Figure(figsize=(width * n, height + extra), dpi=100)
+    total = height + extra
+    fig.subplots_adjust(
+        left=0.14 / n + 0.04,
+        right=0.98,
+        bottom=(0.15 * height + extra + 0.05 * bool(legend_rows)) / total,
+        top=1 - 0.14 * height / total,
+        wspace=wspace,
+    )
     return fig, fig.subplots(1, n, squeeze=False)[0]
 
 
@@ -62,22 +92,35 @@ def draw_panels(
     size: tuple[float, float, float],
     legend_size: int,
     empty_color: str | None = None,
+    names: Sequence[str] = (),
+    name_of: Callable[[T], str] | None = None,
 ):
     """A figure with one panel per `(metric, y label)` of `labels`, step on the x axis.
 
-    `draw(ax, metric, color, item)` draws one item of a panel in its color (`C0`, `C1`, ...) and
-    returns the values the y range must show (`style_axes`); a panel without items says its
-    metric was not logged. `size`: each panel's width and height (inches) and the spacing.
+    `draw(ax, metric, color, item)` draws one item of a panel in its color and returns the
+    values the y range must show (`style_axes`); a panel without items says its metric was not
+    logged. An item's color is that of its name (`name_of(item)`) in `names`, so a run or a
+    recipe keeps one color in every panel and figure, whichever panels it is missing from. The
+    legend is one, below the panels, where it covers no data. `size`: each panel's width and
+    height (inches) and the spacing.
     """
-    fig, axes = panel_figure(len(panels), *size)
+    order = list(names)
+
+    def color(index: int, item: T) -> str:
+        name = name_of(item) if name_of is not None else None
+        return f"C{order.index(name)}" if name in order else f"C{index}"
+
+    width = max((len(items) for items in panels), default=0)
+    if name_of is not None:  # the legend lists each name once, whichever panels it is on
+        width = len({name_of(item) for items in panels for item in items})
+    columns = min(max(width, 1), 3)
+    fig, axes = panel_figure(len(panels), *size, legend_rows=-(-width // columns))
     for ax, (metric, label), items in zip(axes, labels, panels, strict=True):
-        style_axes(ax, [draw(ax, metric, f"C{index}", item) for index, item in enumerate(items)])
+        style_axes(ax, [draw(ax, metric, color(i, item), item) for i, item in enumerate(items)])
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
-        if items:
-            ax.legend(fontsize=legend_size)
-        else:
+        if not items:
             ax.text(
                 0.5,
                 0.5,
@@ -87,6 +130,19 @@ def draw_panels(
                 transform=ax.transAxes,
                 color=empty_color,
             )
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, text in zip(*ax.get_legend_handles_labels(), strict=True):
+            handles.setdefault(text, handle)
+    if handles:
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="lower center",
+            ncol=columns,
+            fontsize=legend_size,
+            frameon=False,
+        )
     fig.suptitle(title)
     return fig
 

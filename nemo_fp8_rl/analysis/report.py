@@ -13,14 +13,26 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import COLUMNS, SPEEDUP_HEADER, Comparison
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
+from nemo_fp8_rl.analysis.render import (
+    EMA_ALPHA,
+    SMOOTHED,
+    draw_panels,
+    html_table,
+    md_table,
+    precision_title,
+    rich_table,
+    save_pngs,
+)
+from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
 
@@ -38,27 +50,29 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "reward_accuracy",
         "Reward and validation accuracy",
-        (("train/reward", "reward"), ("validation/accuracy", "validation accuracy")),
+        (
+            ("train/reward", "reward"),
+            # BF16-generation score; the rollout engine's where a run lacks it (`runs.scores`)
+            (scores.BF16_ACCURACY, "validation accuracy"),
+        ),
     ),
-    PlotSpec(
-        "entropy", "Policy entropy (dotted: surge onset)", (("train/entropy", "entropy (nats)"),)
-    ),
+    PlotSpec("entropy", "Policy entropy", (("train/entropy", "entropy (nats per token)"),)),
     PlotSpec(
         "clip_lower_neg",
-        "Lower-bound clip fraction, negative-advantage tokens",
-        (("train/clip_lower_frac_neg", "fraction of A<0 tokens"),),
+        "Lower-bound clip fraction, negative-advantage (A<0) tokens",
+        (("train/clip_lower_frac_neg", "share of A<0 tokens below L"),),
     ),
     PlotSpec(
         "calibrated_bounds",
         "Clip bounds in force",
-        (("train/calib_low", "L (lower)"), ("train/calib_high", "H (upper)")),
+        (("train/calib_low", "L, lower bound of the ratio"), ("train/calib_high", "H, upper bound")),
     ),
     PlotSpec(
         "mismatch",
         "Rollout / trainer mismatch",
         (
-            ("train/token_mult_prob_error", "token_mult_prob_error"),
-            ("train/gen_kl_error", "gen_kl_error"),
+            ("train/token_mult_prob_error", "mean exp|Δ log p| (1 = none)"),
+            ("train/gen_kl_error", "KL(gen ‖ train) per token"),
         ),
     ),
     PlotSpec("step_time", "Step time", (("timing/train/total_step_time", "seconds per step"),)),
@@ -146,35 +160,58 @@ def plot_data(comparison: Comparison, spec: PlotSpec) -> list[list[Curve]]:
     return panels
 
 
-def draw_plot(spec: PlotSpec, panels: list[list[Curve]], surges: dict[str, int] | None = None):
+def draw_plot(
+    spec: PlotSpec,
+    panels: list[list[Curve]],
+    surges: dict[str, int] | None = None,
+    names: Sequence[str] = (),
+):
     """Draw one figure (a `matplotlib.figure.Figure`, no pyplot state) from `plot_data` output.
 
-    `surges` maps run name to surge step; it is drawn as a dotted vertical line on entropy panels.
+    A noisy series (`SMOOTHED`) is drawn as its EMA over the per-step values, drawn faint behind
+    it. `surges` maps run name to surge step, drawn as a dotted vertical line on the entropy
+    panel; the title says so only when one is drawn. `names` (default: the runs in the order
+    drawn) fixes each run's color, the same in every figure of a report.
     """
+    surges = surges or {}
 
     def draw(ax, metric: str, color: str, curve: Curve) -> Curve:
+        smooth = metric in SMOOTHED and curve.steps.size >= 10
+        if smooth:
+            ax.plot(curve.steps, curve.values, color=color, lw=0.7, alpha=0.25)
+            ax.set_title(f"EMA α = {EMA_ALPHA}; faint: per step", fontsize=8)
+        values = stats.ema(curve.values, EMA_ALPHA) if smooth else curve.values
         ax.plot(
             curve.steps,
-            curve.values,
+            values,
             label=curve.run,
             color=color,
-            lw=1.2,
+            lw=1.3,
             marker="o" if curve.steps.size < 30 else None,
             ms=3,
         )
-        if metric == "train/entropy" and surges and curve.run in surges:
+        if metric == "train/entropy" and curve.run in surges:
             ax.axvline(surges[curve.run], color=color, ls=":", lw=1.2)
         return curve
 
-    return draw_panels(spec.title, spec.panels, panels, draw, (5.0, 3.4, 0.32), 8, "gray")
+    drawn = {c.run for items in panels for c in items}
+    title = spec.title
+    if spec.name == "entropy" and drawn & set(surges):
+        title += " (dotted: detected surge onset)"
+    names = list(names) or list(dict.fromkeys(c.run for items in panels for c in items))
+    return draw_panels(
+        title, spec.panels, panels, draw, (5.0, 3.4, 0.32), 8, "gray", names, lambda c: c.run
+    )
 
 
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
     """Draw every `PLOTS` entry that at least one run has data for; returns name -> PNG path."""
     surges = {s.name: s.surge_step for s in comparison.summaries if s.surge_step is not None}
     panels = {spec: plot_data(comparison, spec) for spec in PLOTS}
+    names = [r.name for r in comparison.runs]
     return save_pngs(
-        {spec.name: draw_plot(spec, p, surges) for spec, p in panels.items() if any(p)}, out_dir
+        {spec.name: draw_plot(spec, p, surges, names) for spec, p in panels.items() if any(p)},
+        out_dir,
     )
 
 
@@ -191,7 +228,8 @@ def _run_lines(comparison: Comparison) -> list[tuple[str, list[str]]]:
 
 def render_markdown(comparison: Comparison, plots: dict[str, Path]) -> str:
     """`report.md`: verdicts, runs and notes, summary table, recipe diff, plots (relative links)."""
-    lines = ["# BF16 vs FP8 comparison", "", "## Verdict", ""]
+    title = precision_title([s.precision for s in comparison.summaries])
+    lines = [f"# {title}: comparison", "", "## Verdict", ""]
     lines += [f"- {v}" for v in comparison.verdicts] or ["- no FP8 run to judge"]
     lines += ["", "## Runs", ""]
     for head, notes in _run_lines(comparison):
@@ -236,10 +274,11 @@ _CSS = (
 def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
     """`report.html`: the Markdown report's content, with every PNG embedded as a data URI."""
     e = html.escape
+    title = e(precision_title([s.precision for s in comparison.summaries]))
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8</title><style>{_CSS}</style></head><body>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title><style>{_CSS}</style></head><body>"
     ]
-    parts.append("<h1>BF16 vs FP8 comparison</h1><h2>Verdict</h2><ul>")
+    parts.append(f"<h1>{title}: comparison</h1><h2>Verdict</h2><ul>")
     parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts] or ["<li>no FP8 run to judge</li>"]
     parts.append("</ul><h2>Runs</h2><ul>")
     for head, notes in _run_lines(comparison):
@@ -283,7 +322,8 @@ def print_comparison(comparison: Comparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(rich_table("BF16 vs FP8", *summary_rows(comparison)))
+    title = precision_title([s.precision for s in comparison.summaries])
+    console.print(rich_table(title, *summary_rows(comparison)))
     for head, notes in _run_lines(comparison):
         console.print(f"[bold]{head}[/bold]", highlight=False)
         for note in notes:

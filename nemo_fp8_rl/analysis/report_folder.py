@@ -85,12 +85,15 @@ class ReportFolder:
     inputs: list[str]
     runs: list[str] = field(default_factory=list)
     before: dict[str, tuple[int, int, int]] = field(default_factory=dict)
+    kept: list[str] = field(default_factory=list)
 
     def record(self) -> Path:
-        """Write `inputs.json`: the inputs and every file written since the claim."""
+        """Write `inputs.json`: the inputs, every file written since the claim and the earlier
+        plots kept (`claim(keep_plots=True)`)."""
         now = _files(self.path)
         written = sorted(
-            rel for rel, stat in now.items() if rel != RECORD and self.before.get(rel) != stat
+            {rel for rel, stat in now.items() if rel != RECORD and self.before.get(rel) != stat}
+            | {rel for rel in self.kept if rel in now}
         )
         record = {"kind": self.kind, "inputs": self.inputs, "runs": self.runs, "files": written}
         target = self.path / RECORD
@@ -100,13 +103,20 @@ class ReportFolder:
         return target
 
 
-def _remove_recorded(folder: Path, record: dict) -> None:
-    """Delete the files an earlier comparison recorded (only files inside `folder`)."""
+def _remove_recorded(folder: Path, record: dict, keep_plots: bool = False) -> list[str]:
+    """Delete the files an earlier comparison recorded (only files inside `folder`), except
+    with `keep_plots` its plots (the PNGs the reports write at the folder's top level; any
+    other recorded file is stale); returns the files kept."""
     root = folder.resolve()
+    kept = []
     for rel in record["files"]:
         path = (folder / str(rel)).resolve()
         if root in path.parents and path.is_file():
-            path.unlink()
+            if keep_plots and path.suffix == ".png" and "/" not in str(rel):
+                kept.append(str(rel))
+            else:
+                path.unlink()
+    return kept
 
 
 def claim(
@@ -115,11 +125,14 @@ def claim(
     inputs: Sequence[str],
     runs: Sequence[str] = (),
     overwrite: bool = False,
+    keep_plots: bool = False,
 ) -> ReportFolder:
     """Take `folder` for a comparison of `inputs`, or raise `UsageError` (nothing written).
 
     New, empty, or holding the record of the same kind and inputs: taken (the recorded files
-    are removed first). Holding anything else: refused unless `overwrite`.
+    are removed first, except the earlier PNG plots with `keep_plots`: a comparison that draws
+    no plots, `--no-plots`, does not take away those of an earlier one of the same inputs).
+    Holding anything else: refused unless `overwrite`.
     """
     if folder.exists() and not folder.is_dir():
         raise UsageError(
@@ -142,7 +155,6 @@ def claim(
             f"{what}; nothing was written",
             "give --out a new folder, or add --overwrite to write over it",
         )
-    if record is not None:
-        _remove_recorded(folder, record)
+    kept = _remove_recorded(folder, record, keep_plots and same) if record is not None else []
     folder.mkdir(parents=True, exist_ok=True)
-    return ReportFolder(folder, kind, list(inputs), list(runs), _files(folder))
+    return ReportFolder(folder, kind, list(inputs), list(runs), _files(folder), kept)

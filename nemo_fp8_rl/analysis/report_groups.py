@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,19 +22,18 @@ import numpy as np
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.compare import align
 from nemo_fp8_rl.analysis.groups import EXTRA_COLUMNS, GROUP_COLUMNS, GroupComparison
-from nemo_fp8_rl.analysis.render import draw_panels, html_table, md_table, rich_table, save_pngs
+from nemo_fp8_rl.analysis.render import (
+    EMA_ALPHA,
+    SMOOTHED,
+    draw_panels,
+    html_table,
+    md_table,
+    precision_title,
+    rich_table,
+    save_pngs,
+)
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
 
-EMA_ALPHA = 0.2
-SMOOTHED = (
-    "train/reward",
-    "train/entropy",
-    "train/clip_lower_frac_neg",
-    "train/clip_upper_frac_pos",
-    "train/clip_dual_frac_neg",
-    "train/token_mult_prob_error",
-    "train/gen_kl_error",
-)
 SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
     ("overclip_q", "over-clipped A<0 tokens (FP8 only, shadow steps)"),
     ("clip_lower_q", "lower-clipped A<0 tokens (every step)"),
@@ -55,7 +55,7 @@ class Band:
     @property
     def label(self) -> str:
         what = f"{self.group} ({self.seeds} seed{'s' if self.seeds != 1 else ''}"
-        what += ", mean, 95 % band" if self.seeds > 1 else ""
+        what += ", mean, band: 95 % Student-t interval" if self.seeds > 1 else ""
         return what + (f", {self.smoothing})" if self.smoothing else ")")
 
 
@@ -138,7 +138,7 @@ def band_data(comparison: GroupComparison, spec: PlotSpec) -> list[list[Band]]:
     return panels
 
 
-def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
+def draw_band_plot(spec: PlotSpec, panels: list[list[Band]], names: Sequence[str] = ()):
     """One figure (no pyplot state): per panel a line per recipe and its shaded interval."""
 
     def draw(ax, metric: str, color: str, b: Band) -> _AsCurve:
@@ -147,7 +147,10 @@ def draw_band_plot(spec: PlotSpec, panels: list[list[Band]]):
             ax.fill_between(b.steps, b.low, b.high, color=color, alpha=0.2, lw=0)
         return _AsCurve(b.mean[np.isfinite(b.mean)])
 
-    return draw_panels(spec.title, spec.panels, panels, draw, (5.5, 3.6, 0.3), 7)
+    names = list(names) or list(dict.fromkeys(b.group for items in panels for b in items))
+    return draw_panels(
+        spec.title, spec.panels, panels, draw, (5.5, 3.6, 0.3), 7, None, names, lambda b: b.group
+    )
 
 
 @dataclass(frozen=True)
@@ -201,7 +204,10 @@ def draw_overclip_plot(comparison: GroupComparison):
 def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
     """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
     panels = {spec: band_data(comparison, spec) for spec in PLOTS}
-    figures = {spec.name: draw_band_plot(spec, p) for spec, p in panels.items() if any(p)}
+    names = [s.name for s in comparison.summaries]  # one color per recipe in every figure
+    figures = {
+        spec.name: draw_band_plot(spec, p, names) for spec, p in panels.items() if any(p)
+    }
     return save_pngs(figures | {"overclip_entropy": draw_overclip_plot(comparison)}, out_dir)
 
 
@@ -225,7 +231,8 @@ def render_markdown(
     comparison: GroupComparison, plots: dict[str, Path], runs_report: str | None
 ) -> str:
     """`report.md` for grouped runs: verdicts, the interval table, per-seed values, plots."""
-    lines = ["# BF16 vs FP8 comparison over seeds", "", "## Verdict", ""]
+    title = precision_title([s.precision for s in comparison.summaries])
+    lines = [f"# {title}: comparison over seeds", "", "## Verdict", ""]
     lines += [f"- {v}" for v in comparison.verdicts]
     lines += ["", "## Summary", "", INTRO, "", *md_table(*table_rows(comparison)), ""]
     lines += ["## Seeds", "", *md_table(*seed_rows(comparison)), ""]
@@ -244,15 +251,16 @@ def render_html(
 ) -> str:
     """`report.html`: the Markdown report's content with the PNGs embedded."""
     e = html.escape
+    title = e(precision_title([s.precision for s in comparison.summaries]))
     parts = [
-        "<!doctype html><html><head><meta charset='utf-8'><title>BF16 vs FP8 over seeds</title>"
+        f"<!doctype html><html><head><meta charset='utf-8'><title>{title} over seeds</title>"
     ]
     parts.append(
         "<style>body{font-family:sans-serif;max-width:1300px;margin:2em auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
         "img{max-width:100%;display:block}</style></head><body>"
     )
-    parts.append("<h1>BF16 vs FP8 comparison over seeds</h1><h2>Verdict</h2><ul>")
+    parts.append(f"<h1>{title}: comparison over seeds</h1><h2>Verdict</h2><ul>")
     parts += [f"<li>{e(v)}</li>" for v in comparison.verdicts]
     parts.append(f"</ul><h2>Summary</h2><p>{e(INTRO)}</p>" + html_table(*table_rows(comparison)))
     parts.append("<h2>Seeds</h2>" + html_table(*seed_rows(comparison)))
@@ -286,7 +294,8 @@ def print_groups(comparison: GroupComparison, console=None) -> None:
     from rich.console import Console
 
     console = console or Console()
-    console.print(rich_table("BF16 vs FP8 over seeds", *table_rows(comparison)))
+    title = precision_title([s.precision for s in comparison.summaries])
+    console.print(rich_table(f"{title} over seeds", *table_rows(comparison)))
     console.print(INTRO, highlight=False)
     for note in _notes(comparison):
         console.print(f"  [yellow]{note}[/yellow]", highlight=False)

@@ -31,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.runs import scores
+
 JSONL_NAME = "metrics.jsonl"
 RECIPE_NAME = "recipe.yaml"
 EVENT_GLOB = "events.out.tfevents.*"
@@ -47,6 +49,8 @@ ALIASES: dict[str, tuple[str, ...]] = {
     ),
     "throughput/tokens_per_sec": ("timing/train/valid_tokens_per_sec_per_gpu",),
     "train/entropy": ("train/approx_entropy",),
+    # runs without the BF16-generation score: the rollout engine's (`runs.scores`), with a note
+    scores.BF16_ACCURACY: (scores.ROLLOUT_ACCURACY,),
 }
 
 Rows = dict[int, dict[str, float]]

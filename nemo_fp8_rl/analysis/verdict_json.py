@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.analysis.compare import Comparison, accuracy_gap, speedup
+from nemo_fp8_rl.analysis.compare import Comparison, accuracy_gap, speed_refusal, speedup
 from nemo_fp8_rl.analysis.groups import GroupComparison
 
 SCHEMA_VERSION = 1
@@ -61,7 +61,10 @@ def runs_verdict(comparison: Comparison, tolerance_points: float) -> dict[str, A
                 "accuracy_step": None if gap is None else gap[2],
                 "interval": None,
                 "seeds": None,
-                "speedup": _number(speedup(reference, run)),
+                "speedup": None
+                if speed_refusal(reference, run)
+                else _number(speedup(reference, run)),
+                "speed_note": speed_refusal(reference, run),
                 "entropy_surge_step": summary.surge_step,
                 "text": next(text),
             }

@@ -80,8 +80,8 @@ class Calibrator:
     (`docs/calibrated-clipping.md` states the rule and where it departs from the method):
 
         m    = #{N⁻ : r < L0},   α = m / |N⁻|       (this window)
-        pool = the latest windows whose m add up to ≥ m_min (at most max_pool_windows)
-        M    = Σ_pool m,   L* = (M+1)-th smallest r̃ over the pooled N⁻
+        pool = the latest W = max_pool_windows windows (the first only while alone)
+        M    = Σ_pool m,  N = Σ_pool |N⁻|,  L* = x_(M) + (M/N)(x_(M+1) − x_(M))  (x: pooled r̃)
         w    = min(1, M / m_min)                                   (m_min = min_clipped_tokens)
         L'   = clamp(L + clamp(w·β·(L* − L), ±δ_L), L_floor, L_ceil)       (the L in force next)
         ρ(h) = ρ(r̃; L', h),   ρ_best = min(ρ(r; L0, H0), ρ(H_max))
@@ -92,9 +92,9 @@ class Calibrator:
     negative mass N, hence the H needed, depends on it. H* is the narrowest bound at the best
     reachable balance, never the cap merely because ρ_ref is out of reach; a shortfall below τ
     does not widen H (dead-band). L* rests on the M BF16-clipped tokens; with few per window
-    one window's L* is mostly sampling noise, so windows are pooled (`lower_pool`) until M
-    reaches m_min, and w < 1 only while the pool cannot reach it (the first windows of a run,
-    or fewer than m_min clipped tokens in max_pool_windows windows). Logged: m as
+    one window's L* is mostly sampling noise, so the latest W windows are pooled
+    (`lower_pool`, whose boundary does not depend on the counts; `pool_rule: until_min_clipped`
+    is the older, biased rule), and w < 1 while they hold fewer than m_min clipped tokens. Logged: m as
     `calib_bf16_lower_count_neg`, M, the pooled windows and w as `calib_low_pool_clipped`,
     `calib_low_pool_windows`, `calib_low_weight`, and the distribution-free 90 % interval of L*
     (`order_interval`) as `calib_low_target_ci90_{lo,hi,width}`. Fewer than `min_tokens`
@@ -131,7 +131,9 @@ class Calibrator:
                 f"1 + ratio_clip_max = {self.nominal[1]}; raise high_max or lower ratio_clip_max"
             )
         self._bounds = tuple(cfg.init_bounds) if cfg.init_bounds is not None else self.nominal
-        self.lower_pool = LowerPool(self.nominal[0], cfg.min_clipped_tokens, cfg.max_pool_windows)
+        self.lower_pool = LowerPool(
+            self.nominal[0], cfg.min_clipped_tokens, cfg.max_pool_windows, cfg.pool_rule
+        )
         self.last_calibration_step: int | None = None
         self.history: list[dict[str, float]] = []
         self.updates_per_step: int | None = None

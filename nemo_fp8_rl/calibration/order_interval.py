@@ -25,6 +25,7 @@ The simulation in `tests/test_calibration_interval.py` checks coverage at m = 1,
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import NamedTuple
 
@@ -57,8 +58,10 @@ def binomial_half_cdf(k: int, s: int) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(v - top) for v in logs))
 
 
+@functools.lru_cache(maxsize=4096)
 def count_range(m: int, n: int, level: float = 0.9) -> tuple[int, int]:
-    """`(K_lo, K_hi)`: the counts K = #{r̃ < ℓ} not rejected against the observed m (module)."""
+    """`(K_lo, K_hi)`: the counts K = #{r̃ < ℓ} not rejected against the observed m (module);
+    a pure function of its arguments, cached (calibration repeats the same counts)."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"count_range: level must be in (0, 1), got {level}")
     if not 0 <= m <= n:

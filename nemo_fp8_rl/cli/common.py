@@ -24,6 +24,22 @@ from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
 REPORT_TO = "the nemo-fp8-rl issue tracker"
 
+
+def report_to() -> str:
+    """Where to report a bug: the `Issues` address of `[project.urls]` when the installed
+    package has one, else the tracker by name."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("nemo-fp8-rl").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("issues", "bug tracker"):
+            return url.strip()
+    return REPORT_TO
+
 Main = Callable[[list[str] | None], int]
 
 
@@ -59,6 +75,9 @@ class ArgumentParser(argparse.ArgumentParser):
     def add_subparsers(self, **kw: Any) -> Any:
         """Sub-command parsers are `SubcommandParser`s (no --version or --debug of their own)."""
         kw.setdefault("parser_class", SubcommandParser)
+        # A sub-command's usage line starts with this command's name, not with its whole usage
+        # line (argparse's default, which repeats `{list,show,...} ...` before the sub-command).
+        kw.setdefault("prog", self.prog)
         return super().add_subparsers(**kw)
 
     def error(self, message: str) -> None:  # type: ignore[override]
@@ -85,15 +104,18 @@ def positive_int(text: str) -> int:
 
 
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
-    """`--recipe R` plus trailing `dotted.key=value` and `~dotted.key` overrides."""
+    """`--recipe R` (or NeMo RL's `--config R`) plus trailing `dotted.key=value` and `~dotted.key` overrides."""
     parser.add_argument(
         "--recipe",
+        "--config",  # NeMo RL's own scripts take the config as --config
+        dest="recipe",
         required=required,
-        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8",
+        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8 (--config: the same)",
     )
     parser.add_argument(
         "overrides",
         nargs="*",
+        default=[],  # without a default argparse calls a `*` positional "required"
         metavar="key=value|~key",
         help="overrides checked by the recipe's schema: dotted.key=value sets a key, "
         "~dotted.key deletes one",
@@ -186,8 +208,8 @@ def _report(exc: Exception, prog: str, debug: bool) -> int:
         return code
     print(
         f"error: {prog}: internal error ({type(exc).__name__}: {exc}). This is a bug in "
-        f"nemo-fp8-rl, not a problem with your input. Fix: please report it on {REPORT_TO} "
-        "with the command line and its output with --debug.",
+        f"nemo-fp8-rl, not a problem with your input. Fix: please report it on {report_to()} "
+        "with the command line, its output with --debug and what `nemo_fp8_rl.env` prints.",
         file=sys.stderr,
     )
     return RUNTIME

@@ -140,7 +140,12 @@ def compare_run_dirs(
     """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
     table and verdicts, write the report files and `verdict.json`; returns the verdict."""
     from nemo_fp8_rl.analysis.compare import compare_runs
-    from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
+    from nemo_fp8_rl.analysis.groups import (
+        ONE_RUN,
+        compare_groups,
+        group_runs,
+        more_seeds_commands,
+    )
     from nemo_fp8_rl.analysis.report import print_comparison, write_report
     from nemo_fp8_rl.analysis.report_folder import claim, default_folder, input_path
     from nemo_fp8_rl.analysis.rundata import load_run
@@ -156,7 +161,9 @@ def compare_run_dirs(
     names = [g.name for g in recipes] if grouped else [r.name for r in runs]
     inputs = [input_path(i) for i in items]
     out = out or default_folder(names, inputs, "runs")
-    folder = claim(out, "runs", inputs, [input_path(p) for p in paths], overwrite)
+    folder = claim(
+        out, "runs", inputs, [input_path(p) for p in paths], overwrite, keep_plots=not plots
+    )
     if grouped:
         groups = compare_groups(runs, tolerance_points=tolerance)
         _write_grouped(groups, runs, out, plots, tolerance)
@@ -166,6 +173,9 @@ def compare_run_dirs(
         if len(recipes) >= 2:
             comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
         print_comparison(comparison)
+        if len(recipes) >= 2:
+            print("more seeds of each recipe (the verdict then gets intervals):")
+            print("\n".join(f"  {c}" for c in more_seeds_commands([g.name for g in recipes])))
         files = write_report(comparison, out, plots=plots)
         print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
         verdict = runs_verdict(comparison, tolerance)
@@ -185,7 +195,20 @@ def write_evaluations(tables: list, out: Path) -> None:
         return
     table.print_tables(tables)
     (out / "evaluation.md").write_text(table.markdown(tables), encoding="utf-8")
-    print(f"wrote {out / 'evaluation.md'}")
+    add_to_reports(out, table.markdown(tables), table.html(tables))
+    print(f"wrote {out / 'evaluation.md'} (also in report.md and report.html)")
+
+
+def add_to_reports(out: Path, markdown: str, html: str) -> None:
+    """Append a section to `out/report.md` and insert it at the end of `out/report.html`."""
+    md, page = out / "report.md", out / "report.html"
+    if md.is_file():
+        md.write_text(md.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + markdown,
+                      encoding="utf-8")  # fmt: skip
+    if page.is_file():
+        text = page.read_text(encoding="utf-8")
+        head, tag, tail = text.rpartition("</body>")
+        page.write_text(head + html + "\n" + tag + tail if tag else text + html, encoding="utf-8")
 
 
 def _write_grouped(groups, runs, out: Path, plots: bool, tolerance: float) -> None:

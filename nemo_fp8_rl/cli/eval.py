@@ -88,6 +88,26 @@ def evaluate_run(
     return path
 
 
+def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Path | None) -> int:
+    """Check every argument as a real evaluation does and print what it would do; exit code 3
+    when the engine the run needs is not usable here (a GPU run without NeMo RL), as `train`."""
+    request = check_request(run_dir, checkpoint, suite_name, data_dir)
+    selection, suite = request.selection, request.suite
+    print(
+        f"would evaluate {run_dir} {selection.selector} (step {selection.step}) on {suite.name} "
+        f"({', '.join(b.name for b in suite.benchmarks)}) with the {request.engine} engine, "
+        f"writing {run_dir / 'eval' / (suite.name + '.json')}"
+    )
+    if request.engine == "nemo":
+        from nemo_fp8_rl.engines.nemo.compat import available
+
+        usable, why = available()
+        if not usable:
+            print(f"error: nemo_fp8_rl.eval: NeMo RL is not usable here: {why}", file=sys.stderr)
+            return 3
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and evaluate; returns the exit code."""
     p = ArgumentParser(prog="nemo_fp8_rl.eval", description=DESCRIPTION, examples=EXAMPLES)
@@ -103,7 +123,14 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="CPU suite: problems per benchmark (256)",
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="check the run, checkpoint, suite and --data-dir and say what would be evaluated",
+    )
     args = p.parse_args(argv)
+    if args.dry_run:
+        return dry_run(args.run, args.checkpoint, args.suite, args.data_dir)
     try:  # a bad argument or run (UserError) is reported by `invoke`, exit code 2
         evaluate_run(args.run, args.checkpoint, args.suite, args.data_dir, args.num_problems)
     except RuntimeError as exc:  # NemoEvalError: NeMo RL's tools failed or are missing

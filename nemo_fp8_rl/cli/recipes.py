@@ -9,19 +9,19 @@ import time
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
-from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, resolve_ref, short_name
+from nemo_fp8_rl.config.user_error import USAGE, UsageError
 
 DESCRIPTION = """\
 The recipes under recipes/: list them, show one resolved, validate them, or copy one to edit.
 
 commands:
-  list [PATTERN] [--json]         every recipe (or those whose name matches PATTERN) with model,
+  list (ls) [PATTERN] [--json]    every recipe (or those whose name matches PATTERN) with model,
                                   cluster, precision and calibration
   show R [--sources] [key=value]  the resolved recipe as YAML (--sources: the file that set each key)
   validate [R ...]                load and check recipes (all when none is given)
   cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
-                                  from any folder"""
+     [--full]                     from any folder (--full: every key, no defaults:)"""
 COLUMNS = ("recipe", "model", "cluster", "training", "rollout", "calibration")
 
 
@@ -99,12 +99,14 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 
 def cmd_validate(refs: list[str]) -> int:
+    """Load and check each recipe (every recipe when none is named); an invalid one is a
+    configuration error (exit code 2), as README's table says."""
     start = time.perf_counter()
     paths = refs or find_recipes()
     failed = 0
     for ref in paths:
         try:
-            load_recipe(ref)
+            load_recipe(resolve_ref(ref, where="recipes validate"))
             print(f"ok    {short_name(ref) if not isinstance(ref, str) else ref}")
         except RecipeError as exc:
             failed += 1
@@ -116,14 +118,15 @@ def cmd_validate(refs: list[str]) -> int:
             "above with its problems. Fix: fix each problem where its line says (file and key)",
             file=sys.stderr,
         )
-    return 1 if failed else 0
+    return USAGE if failed else 0
 
 
-def cmd_cp(recipe: str, dest: Path, overwrite: bool) -> int:
+def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     from nemo_fp8_rl.config.recipe_copy import copy_recipe
 
-    path = copy_recipe(recipe, dest, overwrite=overwrite)
-    print(f"wrote {path}: a copy of {recipe} to edit; train it with")
+    path = copy_recipe(recipe, dest, overwrite=overwrite, full=full)
+    what = "the full configuration" if full else "a copy"
+    print(f"wrote {path}: {what} of {recipe} to edit; train it with")
     print(f"  nemo_fp8_rl.train --recipe {path}")
     return 0
 
@@ -138,6 +141,7 @@ def _parser() -> ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="{list,show,validate,cp}")
     listing = sub.add_parser(
         "list",
+        aliases=["ls"],
         help="every recipe with model, cluster, precision and calibration",
         examples=["nemo_fp8_rl.recipes list --json 'tiny/*fp8*'"],
     )
@@ -160,6 +164,7 @@ def _parser() -> ArgumentParser:
     show.add_argument(
         "overrides",
         nargs="*",
+        default=[],
         metavar="key=value|~key",
         help="overrides: dotted.key=value sets a key, ~dotted.key deletes one",
     )
@@ -177,6 +182,12 @@ def _parser() -> ArgumentParser:
     cp.add_argument("recipe", help="recipe path or short name")
     cp.add_argument("dest", type=Path, metavar="FILE.yaml", help="the copy (or a folder for it)")
     cp.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    cp.add_argument(
+        "--full",
+        action="store_true",
+        help="write every key of the resolved recipe (each with the file that set it) instead "
+        "of the recipe's own lines over its defaults",
+    )
     return parser
 
 
@@ -187,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if args.cmd == "list":
+    if args.cmd in ("list", "ls"):
         return cmd_list(args.pattern, args.json)
     if args.cmd == "show":
         sys.stdout.write(
@@ -195,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 0
     if args.cmd == "cp":
-        return cmd_cp(args.recipe, args.dest, args.overwrite)
+        return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
     return cmd_validate(args.recipes)
 
 

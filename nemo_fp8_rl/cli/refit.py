@@ -9,11 +9,17 @@ flags override either.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import shutil
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.cli.refit_source import HF, classify
 from nemo_fp8_rl.config.user_error import UsageError, UserError
 
 DESCRIPTION = """\
@@ -59,16 +65,36 @@ def _base_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+@contextlib.contextmanager
+def _hf_source(kind: str, src: Path, out: Path) -> Iterator[Path]:
+    """The Hugging Face folder to convert: `src` itself, or for a trained checkpoint of the
+    embedded engine a BF16 folder of its weights, written beside `out` and removed after."""
+    if kind == HF:
+        yield src
+        return
+    from nemo_fp8_rl.engines.local.hf_export import write_hf_folder
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.trained-"))
+    try:
+        print(f"exporting the trained weights of {src}")
+        yield write_hf_folder(src, tmp / "hf")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def cmd_export(args: argparse.Namespace) -> int:
-    """Convert `args.src` into `args.out`; print what was written."""
+    """Convert `args.src` into `args.out`; print what was written. The source and the recipe
+    are checked before torch and the refit bridge are imported (a wrong path fails at once)."""
+    start = time.perf_counter()
+    kind, src = classify(Path(args.src))
+    config = _base_config(args)
     from nemo_fp8_rl.refit.export import convert_checkpoint
     from nemo_fp8_rl.refit.plan import RefitPlanError
 
-    start = time.perf_counter()
     try:
-        plan = convert_checkpoint(
-            args.src, args.out, _base_config(args), shard_bytes=args.shard_size_mb * 2**20
-        )
+        with _hf_source(kind, src, Path(args.out)) as hf:
+            plan = convert_checkpoint(hf, args.out, config, shard_bytes=args.shard_size_mb * 2**20)
     except UserError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.code
@@ -99,7 +125,9 @@ def main(argv: list[str] | None = None) -> int:
         examples=EXAMPLES,
     )
     exp.add_argument(
-        "src", help="BF16 Hugging Face checkpoint directory (config.json + safetensors)"
+        "src",
+        help="BF16 Hugging Face checkpoint directory (config.json + safetensors), or a "
+        "checkpoint of the embedded engine (runs/<name>/checkpoints/step_N) or its run folder",
     )
     exp.add_argument("out", help="output directory")
     exp.add_argument("--recipe", help="take the scheme from this recipe's vllm_cfg keys")
@@ -112,7 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     exp.add_argument("--ignore", nargs="+", metavar="KW", help="quantization_ignored_layer_kws")
     exp.add_argument("--shard-size-mb", type=int, default=4096, help="max safetensors shard size")
     exp.add_argument(
-        "overrides", nargs="*", metavar="key=value|~key", help="recipe overrides (with --recipe)"
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="key=value|~key",
+        help="recipe overrides (with --recipe)",
     )
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if ("=" not in a and not a.startswith("~")) or a.startswith("-")]

@@ -65,7 +65,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "overrides", nargs="*", metavar="key=value", help="overrides for every run (quick checks)"
     )
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    _check_overrides(args)
+    return args
+
+
+def _check_overrides(args: argparse.Namespace) -> None:
+    """Refuse trailing words that are not overrides (`--seeds 1 2 3` leaves `2 3` here, which
+    would otherwise be dropped without a word) and overrides with --analyse-only (which runs
+    nothing for them to change)."""
+    stray = [w for w in args.overrides if "=" not in w and not w.startswith("~")]
+    if stray:
+        seeds = ",".join([args.seeds or "", *stray]).strip(",")
+        raise UsageError(
+            " ".join(stray),
+            "not key=value overrides (seeds are one word)",
+            f"give seeds as --seeds {seeds} (or a range such as 1-3)",
+        )
+    if args.overrides and args.analyse_only:
+        raise UsageError(
+            " ".join(args.overrides),
+            "overrides change the runs, and --analyse-only runs nothing",
+            "drop the overrides, or drop --analyse-only to run the study with them",
+        )
 
 
 def _check_folder(path: Path, flag: str) -> None:
@@ -199,8 +221,18 @@ def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict
     (dest / "tables.md").write_text(full_block(rows, table, meta, plots) + "\n")
 
 
+def _closing_line(meta: dict, took: float, analyse_only: bool, dest: Path) -> str:
+    """What this command took, and (when it ran nothing) the wall time the runs it reported
+    recorded, named as theirs."""
+    line = f"this command took {took:.0f} s"
+    if analyse_only:
+        line += f"; the reported runs' recorded study wall time: {_wall(meta)}"
+    return f"{line}; tables in {dest / 'tables.md'}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run (unless --analyse-only) and report the study; returns the exit code."""
+    started = time.perf_counter()
     args = parse(argv)
     seeds = parse_seeds(args.seeds or DEFAULT_SEEDS)
     if args.write_docs and args.report is not None and args.report.resolve() != DOCS:
@@ -239,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         report.splice(DOCS / "README.md", (dest / "tables.md").read_text())
         report.splice(ROOT / "README.md", headline_block(rows, meta))
     print(report.markdown_targets(rows))
-    print(f"study wall time {meta['study_wall_seconds']} s; tables in {dest / 'tables.md'}")
+    print(_closing_line(meta, time.perf_counter() - started, args.analyse_only, dest))
     return 1 if meta["failed"] else 0
 
 

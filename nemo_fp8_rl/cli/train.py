@@ -17,6 +17,7 @@ from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
+from nemo_fp8_rl.runs.summary import print_summary
 
 DESCRIPTION = """\
 Train a recipe. CPU recipes (cluster.gpus_per_node: 0, those under recipes/tiny/) run on the
@@ -76,12 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         return main_seeds(args)
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
-        print(recipe.to_yaml(), end="")
-        try:
-            print(f"# engine: {choose_engine(recipe, args.engine)}  run dir: {recipe.run_dir}")
-        except EngineUnavailable as exc:
-            print(f"# engine: none ({exc})")
-        return 0
+        return dry_run(recipe, args.engine)
     if args.preflight:
         return preflight(recipe)
     engine = choose_engine(recipe, args.engine)
@@ -97,6 +93,20 @@ def main(argv: list[str] | None = None) -> int:
             kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(recipe, run_dir)
     run_dir = run(recipe, **kwargs)
     print(f"run finished: {run_dir}")
+    print_summary(run_dir)
+    return 0
+
+
+def dry_run(recipe, requested: str) -> int:
+    """Print the resolved recipe and the engine that would run it. Where no engine can run it
+    here, the end says so and the exit code is 3, as the real `train`'s (the error line on
+    stderr, after the YAML, so that it is the last thing a terminal shows)."""
+    print(recipe.to_yaml(), end="")
+    try:
+        print(f"# engine: {choose_engine(recipe, requested)}  run dir: {recipe.run_dir}")
+    except EngineUnavailable as exc:
+        print(f"# engine: none ({exc})")
+        raise
     return 0
 
 

@@ -16,6 +16,24 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+class AblationConfig(_Section):
+    """Labelled ablations of the loss, for link-by-link experiments (none of them is FP8).
+
+    `negative_gradient_drop_q`: each valid negative-advantage token, independently with
+    probability q, gets exactly the lower clip's zero gradient (its PPO term is kept in the loss
+    value and the token count, detached), whatever its ratio. It isolates the one link from
+    clipped A<0 tokens to the symptoms, in any precision: q = 0 is the unmodified loss, q = 1
+    removes every negative gradient. Drawn from the trainer's torch generator (checkpointed).
+    """
+
+    negative_gradient_drop_q: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="share of A<0 tokens given the lower clip's zero gradient at random",
+    )
+
+
 class CalibrationConfig(_Section):
     """Calibrated Clipping: clip bounds re-derived from BF16 shadow passes every `interval` steps.
 
@@ -52,7 +70,17 @@ class CalibrationConfig(_Section):
         "min(1, M / m_min) only while the pool holds fewer (0: one window, no weighting)",
     )
     max_pool_windows: int = Field(
-        16, ge=1, description="at most this many calibration windows pooled for L*"
+        16,
+        ge=1,
+        description="W: the calibration windows pooled for L* (the latest W; at most W under "
+        "pool_rule until_min_clipped)",
+    )
+    pool_rule: Literal["fixed_windows", "until_min_clipped"] = Field(
+        "fixed_windows",
+        description="fixed_windows: the latest max_pool_windows windows, the run's first one "
+        "only while it is alone, L* matched without rank bias; until_min_clipped: the latest "
+        "windows until their clipped counts reach m_min (an outcome-dependent boundary, biased; "
+        "the rule of runs made before fixed_windows existed)",
     )
     rho_tolerance: float = Field(
         0.005,

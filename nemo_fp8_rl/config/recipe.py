@@ -65,10 +65,10 @@ class Recipe:
         text = yaml.safe_dump(self.config, sort_keys=False, default_flow_style=False, width=120)
         if not with_sources:
             return text
-        return _annotate(text, self.provenance)
+        return annotate_sources(text, self.provenance)
 
 
-def _annotate(text: str, prov: dict[str, str]) -> str:
+def annotate_sources(text: str, prov: dict[str, str]) -> str:
     """Append the source file of each leaf key as a comment (paths shown relative to the project)."""
     root = str(project_root().resolve()) + "/"
     out, stack = [], []

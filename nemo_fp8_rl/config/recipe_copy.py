@@ -9,6 +9,11 @@ follows later fixes to the configs it builds on, and `recipes show --sources` st
 Nothing is written unless the copy resolves to exactly the configuration of the original
 (checked on a temporary file beside the target, which is then renamed into place); an existing
 file is replaced only with `overwrite`.
+
+With `full`, the copy is the whole resolved configuration instead (as torchtune's `tune cp`
+gives), every key in the file with a comment naming the file that set it, and no `defaults:`:
+everything is there to edit, and later fixes of the configs it came from do not reach it.
+The paths derived from the run name (`logger.log_dir`, ...) stay out, as in every recipe.
 """
 
 from __future__ import annotations
@@ -65,8 +70,27 @@ def copy_text(src: Path) -> str:
     return new
 
 
-def copy_recipe(ref: str, dest: Path, overwrite: bool = False) -> Path:
-    """Write an editable copy of recipe `ref` to `dest` (a file, or a folder to hold one).
+def full_text(src: Path, name: str) -> str:
+    """The whole configuration `src` resolves to (before paths are derived from the run name
+    and `${...}` interpolations resolved), each key commented with the file that set it."""
+    import yaml
+
+    from nemo_fp8_rl.config.recipe import annotate_sources
+
+    config, prov = load_chain(src)
+    body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=120)
+    header = (
+        f"# The full configuration of {name}, copied by `nemo_fp8_rl.recipes cp --full`.\n"
+        "# No defaults: every key is here; the comment after a key names the file that set it\n"
+        "# in the original. Run names and paths (log_dir, checkpoint_dir) derive from this\n"
+        "# file's name, so they are left out.\n"
+    )
+    return header + annotate_sources(body, prov)
+
+
+def copy_recipe(ref: str, dest: Path, overwrite: bool = False, full: bool = False) -> Path:
+    """Write an editable copy of recipe `ref` to `dest` (a file, or a folder to hold one);
+    with `full`, the whole resolved configuration (`full_text`).
 
     Raises:
         RecipeError: `ref` is not a recipe, or does not load.
@@ -91,7 +115,7 @@ def copy_recipe(ref: str, dest: Path, overwrite: bool = False) -> Path:
         raise UsageError(
             str(dest.parent), "no such folder", f"create it first (mkdir -p {dest.parent})"
         )
-    text = copy_text(src)
+    text = full_text(src, ref) if full else copy_text(src)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".yaml")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

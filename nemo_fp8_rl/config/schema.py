@@ -17,7 +17,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_fp8_rl.config.errors import ConfigIssue
-from nemo_fp8_rl.config.project import CalibrationConfig, LocalConfig, RefitConfig, SlurmConfig
+from nemo_fp8_rl.config.project import (
+    AblationConfig,
+    CalibrationConfig,
+    LocalConfig,
+    RefitConfig,
+    SlurmConfig,
+)
 
 # Sections whose keys are free-form (NeMo RL passes them through to another library).
 OPEN = (
@@ -30,6 +36,15 @@ OPEN = (
     "logger.tensorboard",
     "slurm.env",
 )
+# Keys NeMo RL reads only when present (its own default applies when absent), which the base
+# leaves out so that a recipe without them gets NeMo RL's behaviour: key -> type when set.
+ABSENT_BY_DEFAULT: dict[str, type] = {
+    # megatron/setup.py: `if "moe_grouped_gemm" in config["megatron_cfg"]`, else the model
+    # provider's value (NeMo RL's DeepSeek-V3 recipes set it).
+    "policy.megatron_cfg.moe_grouped_gemm": bool,
+    # megatron/train.py: `.get("fuse_loss", False)`; one packed loss call per micro-batch.
+    "policy.sequence_packing.fuse_loss": bool,
+}
 # Keys derived from the recipe name (never written by hand).
 DERIVED = (
     "logger.log_dir",
@@ -41,6 +56,7 @@ DERIVED = (
 
 PROJECT_SECTIONS: dict[str, type[BaseModel]] = {
     "loss_fn.calibration": CalibrationConfig,
+    "loss_fn.ablation": AblationConfig,
     "local": LocalConfig,
     "refit": RefitConfig,
     "slurm": SlurmConfig,
@@ -142,6 +158,9 @@ def _check_node(
         path = f"{prefix}{key}"
         if path in OPEN or path in PROJECT_SECTIONS or path in DERIVED or path == "defaults":
             continue
+        if key not in base and path in ABSENT_BY_DEFAULT:
+            _check_absent_by_default(path, value, prov, issues)
+            continue
         if key not in base:
             issues.append(_unknown_key(path, key, base, prefix, prov))
             continue
@@ -171,6 +190,22 @@ def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> 
         f"set a finite number like {example!r}",
         source_of(prov, path),
     )
+
+
+def _check_absent_by_default(
+    path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]
+) -> None:
+    """A key of `ABSENT_BY_DEFAULT`: the type NeMo RL reads it as."""
+    kind = ABSENT_BY_DEFAULT[path]
+    if not isinstance(value, kind):
+        issues.append(
+            ConfigIssue(
+                path,
+                f"expected {kind.__name__}, got {_type_name(value)} ({value!r})",
+                f"set a {kind.__name__} value, or remove the key to keep NeMo RL's default",
+                source_of(prov, path),
+            )
+        )
 
 
 def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:

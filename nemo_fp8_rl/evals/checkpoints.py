@@ -1,7 +1,8 @@
 """Which checkpoint of a run to evaluate: `last`, `best` (by validation accuracy) or `step_N`.
 
-Embedded engine: `checkpoints/step_<k>/info.json` holds `validation/accuracy` (the last one
-measured when the checkpoint was written) and `checkpoints/latest` names the newest; `step_0` is
+Embedded engine: `checkpoints/step_<k>/info.json` holds `validation/bf16_accuracy` (the last
+BF16-generation score measured when the checkpoint was written; checkpoints written before it
+existed hold only `validation/accuracy`, the rollout engine's score, and are ranked by that) and `checkpoints/latest` names the newest; `step_0` is
 the warm-started policy before any GRPO step (`model/`). NeMo RL: `checkpoints/step_<k>/
 training_info.json` holds the checkpointing metric (`checkpointing.metric_name`, e.g.
 `val:accuracy`), and the Megatron weights are in `policy/weights/iter_*`; NeMo RL's own
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs import scores as run_scores
 
 _STEP = re.compile(r"step_(\d+)")
 BIAS = (
@@ -145,7 +147,7 @@ def select_local(run_dir: Path, selector: str) -> Selection:
     """A checkpoint of an embedded-engine run (`step_0`: the policy before GRPO, `model/`)."""
     root = run_dir / "checkpoints"
     infos, bad = _steps(root, "info.json")
-    metric = "validation/accuracy"
+    metric = run_scores.accuracy_key(infos.values())
     if selector == "step_0" and 0 not in infos and 0 not in bad:
         if not (run_dir / "model" / "config.json").is_file():
             raise CheckpointError(

@@ -159,6 +159,20 @@ def markdown(tables: Sequence[EvalTable]) -> str:
     return "\n".join(lines)
 
 
+def html(tables: Sequence[EvalTable]) -> str:
+    """All tables as an HTML section (for `report.html`), the same content as `markdown`."""
+    import html as _html
+
+    from nemo_fp8_rl.analysis.render import html_table
+
+    parts = []
+    for t in tables:
+        headers, body = rows(t)
+        parts.append(f"<h2>Evaluation: {_html.escape(t.suite)}</h2>" + html_table(headers, body))
+        parts.append("<ul>" + "".join(f"<li>{_html.escape(n)}</li>" for n in notes(t)) + "</ul>")
+    return "\n".join(parts)
+
+
 def print_tables(tables: Sequence[EvalTable], console: Any = None) -> None:
     """Rich tables in the terminal."""
     from rich.console import Console

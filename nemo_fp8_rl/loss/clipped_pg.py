@@ -45,6 +45,7 @@ def derive_sign_fractions(metrics: Mapping[str, float]) -> dict[str, float]:
         "clip_lower_frac_neg": ("clip_lower_frac", "neg_token_frac"),
         "clip_upper_frac_pos": ("clip_upper_frac", "pos_token_frac"),
         "clip_dual_frac_neg": ("clip_dual_frac", "neg_token_frac"),
+        "neg_grad_drop_frac_neg": ("neg_grad_drop_frac", "neg_token_frac"),
     }
     for name, (num, den) in pairs.items():
         if num in metrics and den in metrics:
@@ -111,6 +112,7 @@ class CalibratedClippedPGLoss:
             "pos_token_frac",
             "calib_low",
             "calib_high",
+            "neg_grad_drop_frac",
         ):
             norms[key] = tok
         for key in (
@@ -264,6 +266,7 @@ class CalibratedClippedPGLoss:
         kl = self._kl(data, curr, gen, mask, token_mask, sample_mask, gs, gt)
         r, r_clamped = self._ratios(curr, prev, token_mask)
         clip_loss = self._clip_loss(adv, r, r_clamped, curr)
+        clip_loss, dropped = self._drop_negative_gradients(clip_loss, adv, mask)
         is_w, is_metrics = self._is_weights(prev, gen, mask, token_mask, sample_mask, gs, gt)
         use_w = is_w if self.cfg.use_importance_sampling_correction else torch.ones_like(prev)
         actor = self._reduce(use_w * clip_loss, mask, token_mask, sample_mask, gs, gt)
@@ -285,8 +288,20 @@ class CalibratedClippedPGLoss:
             )
             metrics.update(self._ratio_metrics(r.detach(), r_clamped.detach(), mask, gt))
             metrics.update(self._clip_metrics(r.detach(), adv, mask, gt))
+            if dropped is not None:
+                metrics["neg_grad_drop_frac"] = diag.masked_mean(dropped.float(), mask, gt).item()
             self._observe(data, curr.detach(), prev, adv, mask, use_w, token_mask)
         return loss, metrics
+
+    def _drop_negative_gradients(self, clip_loss: T, adv: T, mask: T) -> tuple[T, T | None]:
+        """The negative-gradient drop ablation (`loss_fn.ablation`): a random share q of the
+        valid A<0 tokens keep their loss value but, detached, get the lower clip's zero
+        gradient. Returns the loss terms and the dropped-token mask (None when q = 0)."""
+        q = self.cfg.ablation.negative_gradient_drop_q
+        if q <= 0.0:
+            return clip_loss, None
+        dropped = (adv < 0) & mask.bool() & (torch.rand(adv.shape, device=adv.device) < q)
+        return torch.where(dropped, clip_loss.detach(), clip_loss), dropped
 
     def _mismatch_metrics(self, gen: T, prev: T, mask: T, gt: T) -> dict[str, float]:
         """NeMo RL's train-vs-generation metrics (token means over the global count)."""

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_fp8_rl.config.project import CalibrationConfig
+from nemo_fp8_rl.config.project import AblationConfig, CalibrationConfig
 
 
 class _LossType(enum.Enum):
@@ -84,6 +84,7 @@ class PGLossConfig:
     use_cispo: bool = False
     positive_example_nll_weight: float = 0.0
     calibration: CalibrationConfig = CalibrationConfig()
+    ablation: AblationConfig = AblationConfig()
 
     @classmethod
     def from_mapping(cls, cfg: Mapping[str, Any] | Any) -> PGLossConfig:
@@ -98,6 +99,11 @@ class PGLossConfig:
             raw["calibration"] = CalibrationConfig(**dict(cal))
         elif cal is None:
             raw.pop("calibration", None)
+        abl = raw.get("ablation")
+        if abl is not None and not isinstance(abl, AblationConfig):
+            raw["ablation"] = AblationConfig(**dict(abl))
+        elif abl is None:
+            raw.pop("ablation", None)
         out = cls(**raw)
         out.validate()
         return out

@@ -14,7 +14,16 @@ weights at the real shapes, a layer at a time:
   `moe_intermediate_size`, or, with `grouped_experts=True`, the two grouped slabs
   `mlp.experts.gate_up_proj [E, 2 * moe_inter, hidden]` and `mlp.experts.down_proj [E, hidden,
   moe_inter]`;
-- norms `[hidden]`, embedding `[vocab, hidden]`, `lm_head` unless `tie_word_embeddings`.
+- norms `[hidden]`, embedding `[vocab, hidden]`, `lm_head` unless `tie_word_embeddings`;
+- DeepSeek-V3 architecture (`kv_lora_rank` set: DeepSeek-V3, Moonlight), HF names as vLLM
+  loads them: MLA `q_a_proj [q_lora, hidden]`, `q_a_layernorm [q_lora]`, `q_b_proj [heads *
+  (nope + rope), q_lora]` (or `q_proj [heads * (nope + rope), hidden]` without a query LoRA),
+  `kv_a_proj_with_mqa [kv_lora + rope, hidden]`, `kv_a_layernorm [kv_lora]`, `kv_b_proj [heads *
+  (nope + v), kv_lora]`, `o_proj [hidden, heads * v]`; the first `first_k_dense_replace` layers
+  dense, then MoE: router `mlp.gate.weight [E, hidden]` and `mlp.gate.e_score_correction_bias
+  [E]`, experts `mlp.experts.<e>.<gate|up|down>_proj`, and `mlp.shared_experts.<proj>` with
+  `n_shared_experts * moe_intermediate_size`. The MTP layer (`num_nextn_predict_layers`) is not
+  listed: NeMo RL trains with `mtp_num_layers: 0` and refits only the decoder layers.
 """
 
 from __future__ import annotations
@@ -34,7 +43,57 @@ RECIPE_MODELS = {
     "qwen3-8b": "Qwen--Qwen3-8B-Base.json",
     "qwen3-4b": "Qwen--Qwen3-4B.json",
     "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B.json",
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3.json",
+    "moonlight-16b-a3b": "moonshotai--Moonlight-16B-A3B-Instruct.json",
 }
+
+
+def is_mla(config: Mapping[str, Any]) -> bool:
+    """DeepSeek-V3 architecture (multi-head latent attention)."""
+    return bool(config.get("kv_lora_rank"))
+
+
+def _mla_attention(config: Mapping[str, Any]) -> dict[str, Shape]:
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    nope, rope, v = config["qk_nope_head_dim"], config["qk_rope_head_dim"], config["v_head_dim"]
+    q_lora, kv_lora = config.get("q_lora_rank"), config["kv_lora_rank"]
+    out: dict[str, Shape] = {}
+    if q_lora:
+        out["self_attn.q_a_proj.weight"] = (q_lora, hidden)
+        out["self_attn.q_a_layernorm.weight"] = (q_lora,)
+        out["self_attn.q_b_proj.weight"] = (heads * (nope + rope), q_lora)
+    else:
+        out["self_attn.q_proj.weight"] = (heads * (nope + rope), hidden)
+    out["self_attn.kv_a_proj_with_mqa.weight"] = (kv_lora + rope, hidden)
+    out["self_attn.kv_a_layernorm.weight"] = (kv_lora,)
+    out["self_attn.kv_b_proj.weight"] = (heads * (nope + v), kv_lora)
+    out["self_attn.o_proj.weight"] = (hidden, heads * v)
+    return out
+
+
+def _deepseek_mlp(config: Mapping[str, Any], layer: int) -> dict[str, Shape]:
+    hidden = config["hidden_size"]
+    if layer < (config.get("first_k_dense_replace") or 0):
+        inter = config["intermediate_size"]
+        return {
+            "mlp.gate_proj.weight": (inter, hidden),
+            "mlp.up_proj.weight": (inter, hidden),
+            "mlp.down_proj.weight": (hidden, inter),
+        }
+    experts, inter = config["n_routed_experts"], config["moe_intermediate_size"]
+    shared = (config.get("n_shared_experts") or 0) * inter
+    out: dict[str, Shape] = {"mlp.gate.weight": (experts, hidden)}
+    if config.get("topk_method") == "noaux_tc":
+        out["mlp.gate.e_score_correction_bias"] = (experts,)
+    for e in range(experts):
+        out[f"mlp.experts.{e}.gate_proj.weight"] = (inter, hidden)
+        out[f"mlp.experts.{e}.up_proj.weight"] = (inter, hidden)
+        out[f"mlp.experts.{e}.down_proj.weight"] = (hidden, inter)
+    if shared:
+        out["mlp.shared_experts.gate_proj.weight"] = (shared, hidden)
+        out["mlp.shared_experts.up_proj.weight"] = (shared, hidden)
+        out["mlp.shared_experts.down_proj.weight"] = (hidden, shared)
+    return out
 
 
 def recipe_model_config(key: str, **overrides: Any) -> dict[str, Any]:
@@ -101,11 +160,12 @@ def layer_shapes(
 ) -> dict[str, Shape]:
     """HF name -> shape of every tensor of decoder layer `layer`."""
     hidden = config["hidden_size"]
+    mla = is_mla(config)
     local = {
         "input_layernorm.weight": (hidden,),
-        **_attention(config),
+        **(_mla_attention(config) if mla else _attention(config)),
         "post_attention_layernorm.weight": (hidden,),
-        **_mlp(config, layer, grouped_experts),
+        **(_deepseek_mlp(config, layer) if mla else _mlp(config, layer, grouped_experts)),
     }
     return {f"model.layers.{layer}.{name}": shape for name, shape in local.items()}
 

@@ -17,7 +17,11 @@ Which weights are FP8 (NeMo RL's `_is_fp8_weight` on the model vLLM builds with 
   in FP8: in a decoder layer `model.layers.<i>.`, the attention `q/k/v/o_proj`, the MLP
   `gate/up/down_proj` (dense and shared-expert), per-expert `mlp.experts.<e>.<proj>`, and the
   MoE router `mlp.gate` (vLLM's Qwen3-MoE builds it with the model's quant config; NeMo RL does
-  not exclude it; `router_fp8=False` for a vLLM that builds it unquantized). Embeddings,
+  not exclude it; `router_fp8=False` for a vLLM that builds it unquantized). DeepSeek-V3
+  architecture (MLA): `q_a_proj`, `q_b_proj`, `kv_a_proj_with_mqa`, `kv_b_proj`, `o_proj` and
+  `mlp.shared_experts.<proj>` are linear layers (so NeMo RL's `quantization_ignored_layer_kws:
+  [a_proj, b_proj]` keeps the four low-rank projections BF16); its router is built unquantized
+  by vLLM's DeepSeek MoE and stays BF16; `e_score_correction_bias` is not a weight. Embeddings,
   `lm_head`, norms (q/k norms included) and biases are never FP8;
 - not ignored: the first `num_first_layers_in_bf16` and last `num_last_layers_in_bf16` decoder
   layers are BF16 whole; a module whose name (without `.weight`) contains one of
@@ -53,11 +57,16 @@ VLLM_CFG = "policy.generation.vllm_cfg"
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.\d+\.(?:gate|up|down)_proj$")
 _GROUPED = re.compile(r"^mlp\.experts\.(?:gate_up_proj|down_proj)$")
-_LINEAR = re.compile(r"^(?:self_attn\.[qkvo]_proj|mlp\.(?:shared_expert\.)?(?:gate|up|down)_proj)$")
+_LINEAR = re.compile(
+    r"^(?:self_attn\.(?:[qkvo]_proj|q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj)|"
+    r"mlp\.(?:shared_experts?\.)?(?:gate|up|down)_proj)$"
+)
 _NOT_LINEAR = re.compile(
     r"^(?:input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|"
-    r"post_feedforward_layernorm|self_attn\.[qk]_norm|mlp\.shared_expert_gate)$"
+    r"post_feedforward_layernorm|self_attn\.[qk]_norm|self_attn\.(?:q|kv)_a_layernorm|"
+    r"mlp\.shared_expert_gate)$"
 )
+_MLA = "self_attn.kv_a_proj_with_mqa"
 _TOP_LEVEL = {"model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"}
 _FUSED = {
     "q_proj": "qkv",
@@ -65,6 +74,8 @@ _FUSED = {
     "v_proj": "qkv",
     "gate_proj": "gate_up",
     "up_proj": "gate_up",
+    "q_a_proj": "fused_qkv_a",  # vLLM's MLA fuses q_a_proj and kv_a_proj_with_mqa
+    "kv_a_proj_with_mqa": "fused_qkv_a",
 }
 
 
@@ -172,6 +183,9 @@ class NemoFp8Layout:
             for layer, modules in expert_modules.items()
             if rules.layer_in_bf16(layer) or any(map(rules.keyword_ignored, modules))
         )
+        # vLLM's DeepSeek-V2/V3 MoE builds its router (`mlp.gate`) without the quant config, so
+        # with MLA (DeepSeek-V3, Moonlight) the router stays BF16 whatever `router_fp8` says.
+        self.router_fp8 = rules.router_fp8 and not any(_MLA in n for n in self.names)
         self.fp8_names = frozenset(n for n in self.names if self._decide(n))
         self._check_fused_shards()
 
@@ -186,7 +200,7 @@ class NemoFp8Layout:
         layer, module = split
         if _EXPERT.match(module):
             return layer not in self.bf16_expert_layers
-        if _NOT_LINEAR.match(module) or (module == "mlp.gate" and not self.rules.router_fp8):
+        if _NOT_LINEAR.match(module) or (module == "mlp.gate" and not self.router_fp8):
             return False
         if not (_LINEAR.match(module) or module == "mlp.gate"):
             raise _unknown(name)

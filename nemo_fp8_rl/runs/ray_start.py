@@ -36,6 +36,7 @@ half-started Ray is left for Ray's exit hook to trip over.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -133,6 +134,7 @@ def start_ray(
                 _held_interrupt(echo),
                 _patient_node_lookup(RAYLET_WAIT_S),
                 _lean_local_node(),
+                _quiet_token_notice(),
             ):
                 ray.init(
                     num_cpus=num_cpus,
@@ -373,6 +375,30 @@ def _lean_local_node() -> Iterator[None]:
     finally:
         for name, function in originals.items():
             setattr(Node, name, function)
+
+
+# Ray's notice on every local start that it switched token authentication on by default: the
+# local cluster this engine starts is its own (it stays on; the notice says nothing to act on).
+TOKEN_NOTICE = "Token authentication is enabled for this Ray cluster"
+_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _DropTokenNotice(logging.Filter):
+    """Drops Ray's token-authentication notice; every other record passes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith(TOKEN_NOTICE)
+
+
+@contextlib.contextmanager
+def _quiet_token_notice() -> Iterator[None]:
+    """While a local Ray starts: leave out Ray's token-authentication notice (only that one)."""
+    logger, notice = logging.getLogger(_AUTH_LOGGER), _DropTokenNotice()
+    logger.addFilter(notice)
+    try:
+        yield
+    finally:
+        logger.removeFilter(notice)
 
 
 @contextlib.contextmanager

@@ -263,13 +263,29 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def _started_at(path: Path) -> str | None:
+    """The `started_at` of the `environment.json` at `path` when this process wrote it (an
+    engine rewrites the file at the end of its run: the start time stays the start)."""
+    try:
+        env = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(env, dict) and env.get("pid") == os.getpid():
+        return env.get("started_at")
+    return None
+
+
 def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:
-    """Record engine, versions, host and threads (plus `extra`) in `environment.json`."""
+    """Record engine, versions, host and threads (plus `extra`) in `environment.json`.
+    `started_at` is when this process first wrote the file; `updated_at`, this write."""
     import torch
 
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     env = {
         "engine": engine,
-        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "started_at": _started_at(run_dir / "environment.json") or now,
+        "updated_at": now,
+        "pid": os.getpid(),
         "host": socket.gethostname(),
         "platform": platform.platform(),
         "python": sys.version.split()[0],

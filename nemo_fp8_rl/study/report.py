@@ -150,9 +150,26 @@ def markdown_per_seed(table: dict, names: list[str]) -> str:
     return "\n".join(lines)
 
 
+def draw_recipe(ax, steps: list[int], grid, name: str, names: list[str]) -> None:
+    """One recipe on a study plot: the mean over seeds (rows of `grid`) and its 95 % Student-t
+    interval per step (the intervals the tables quote), in the recipe's own color (its place in
+    `names`, the same in every figure)."""
+    from nemo_fp8_rl.analysis.stats import band
+
+    mean, low, high = band(grid)
+    color = f"C{names.index(name)}"
+    runs = len(grid)
+    seeds = f"{runs} seed{'s' if runs != 1 else ''}"
+    what = "mean, band: 95 % Student-t interval" if runs > 1 else "one run"
+    ax.plot(steps, mean, color=color, label=f"{name} ({seeds}, {what})")
+    if runs > 1:
+        ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
+
+
 def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
-    """Per-step mean and min–max band over seeds: validation accuracy, lower clip share of
-    negative-advantage tokens (smoothed over 5 steps), entropy, ratio amplification."""
+    """Per-step mean over seeds and its 95 % Student-t interval (the intervals the tables quote),
+    one color per recipe: validation accuracy, lower clip share of negative-advantage tokens
+    (smoothed over 5 steps), entropy, ratio amplification."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -161,9 +178,9 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
 
     series = (
         ("validation/accuracy", "validation accuracy (greedy)", 1),
-        ("train/clip_lower_frac_neg", "share of A<0 tokens clipped at L (5-step mean)", 5),
+        ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5),
         ("train/entropy", "entropy (nats/token)", 1),
-        ("train/ratio_compounding", "ratio error ÷ single-pass error (shadow steps)", 1),
+        ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1),
     )
     dest.mkdir(parents=True, exist_ok=True)
     paths = []
@@ -189,16 +206,15 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
                             for g in grid
                         ]
                     )
-            mean = np.nanmean(grid, axis=0)
-            ax.plot(steps, mean, label=f"{name} (mean of {len(runs)} seeds, band: min–max)")
-            ax.fill_between(steps, np.nanmin(grid, axis=0), np.nanmax(grid, axis=0), alpha=0.2)
+            draw_recipe(ax, steps, grid, name, names)
         ax.set_xlabel("GRPO step")
         ax.set_ylabel(label)
         if ax.lines:  # a metric no run logged leaves an empty panel, without a legend
-            ax.legend(fontsize=7)
+            # below the axes, where it covers no data
+            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
         fig.tight_layout()
         path = dest / (key.replace("/", "_") + ".png")
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off (labels, legend)
         plt.close(fig)
         paths.append(path)
     return paths

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,19 @@ from rich.text import Text
 
 HEADLINE = (
     ("reward", "train/reward", "{:.3f}"),
-    ("val", "validation/accuracy", "{:.3f}"),
-    ("ent", "train/entropy", "{:.3f}"),  # not "H": that is the upper clip bound, in "L,H"
+    ("val", "validation/bf16_accuracy", "{:.3f}"),  # BF16-generation score (runs.scores)
     ("clipL-", "train/clip_lower_frac_neg", "{:.4f}"),
     ("L,H", None, None),
+    ("ent", "train/entropy", "{:.3f}"),  # not "H": that is the upper clip bound, in "L,H"
     ("tok/s", "throughput/tokens_per_sec", "{:.0f}"),
+)
+# What each headline field is, printed once when a run starts (README, "Following a run").
+LEGEND = (
+    "reward = mean exact-match reward of the step's samples; val = validation accuracy (BF16 "
+    "generation of the trained weights) at the last validation; clipL- = share of "
+    "negative-advantage (A<0) tokens clipped at the lower bound (their gradient is zero); L,H = "
+    "the lower and upper clip bounds of the importance ratio in force (calibrated runs); ent = "
+    "mean token entropy; tok/s and s/step = speed of the last step"
 )
 
 
@@ -115,17 +124,27 @@ class _HeadlineProgress(Progress):
 
 
 class ProgressBar:
-    """A rich progress bar over GRPO steps showing the headline numbers of the last step;
-    when not `enabled`, a plain log line every `every` steps instead."""
+    """A rich progress bar over GRPO steps showing the headline numbers of the last step, when
+    `enabled` and stdout is a terminal; otherwise a plain log line every `every` steps (10, or
+    a tenth of a shorter run). The legend of the headline is printed once, at the start."""
 
     def __init__(
-        self, total: int, start: int, *, enabled: bool, name: str, every: int = 10
+        self,
+        total: int,
+        start: int,
+        *,
+        enabled: bool,
+        name: str,
+        every: int | None = None,
+        terminal: bool | None = None,
     ) -> None:
-        """Start the bar at `start` of `total` steps."""
+        """Start the bar at `start` of `total` steps; `terminal` (default: whether stdout is
+        one) says whether a live bar can be drawn."""
         self._last: dict[str, float] = {}
         self._bar = None
+        every = every if every is not None else min(10, max(1, total // 10))
         self._step, self._total, self._every, self._name = start, total, max(every, 1), name
-        if enabled:
+        if enabled and (sys.stdout.isatty() if terminal is None else terminal):
             self._bar = _HeadlineProgress(
                 TextColumn("step {task.completed}/{task.total}"),
                 BarColumn(bar_width=30),
@@ -134,7 +153,11 @@ class ProgressBar:
             )
             self._task = self._bar.add_task("grpo", total=total, completed=start)
             self._bar.console.print(f"[bold]{name}[/bold]: GRPO steps {start}..{total}")
+            self._bar.console.print(LEGEND, style="dim", highlight=False)
             self._bar.start()
+        else:
+            print(f"{name}: GRPO steps {start}..{total}, a line every {self._every} steps")
+            print(f"  ({LEGEND})", flush=True)
 
     def update(self, metrics: dict[str, float]) -> None:
         """Advance one step and refresh the headline numbers."""
@@ -146,11 +169,11 @@ class ProgressBar:
                     f"{self._name} step {self._step}/{self._total} {self._headline()}", flush=True
                 )
             return
-        self._bar.headline = self._headline()
+        self._bar.headline = self._headline(self._bar.console.width)
         self._bar.update(self._task, advance=1)
 
-    def _headline(self) -> str:
-        """The headline numbers of the latest metrics, as one line."""
+    def _parts(self) -> list[str]:
+        """The headline fields of the latest metrics, most important first."""
         parts = []
         for label, key, fmt in HEADLINE:
             if key is None:
@@ -161,8 +184,19 @@ class ProgressBar:
             elif key in self._last:
                 parts.append(f"{label} {fmt.format(self._last[key])}")
         if "timing/train/total_step_time" in self._last:
-            parts.append(f"{self._last['timing/train/total_step_time']:.2f}s/step")
-        return " ".join(parts)
+            parts.append(f"{self._last['timing/train/total_step_time']:.2f} s/step")
+        return parts
+
+    def _headline(self, width: int | None = None) -> str:
+        """The headline as one line; with `width`, the fields that fit in it (whole fields,
+        the least important left out first)."""
+        line = ""
+        for part in self._parts():
+            candidate = f"{line} {part}" if line else part
+            if width is not None and len(candidate) > width:
+                break
+            line = candidate
+        return line
 
     def close(self) -> None:
         """Stop drawing the bar."""

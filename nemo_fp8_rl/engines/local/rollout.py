@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.project import TaskConfig
-from nemo_fp8_rl.engines.local import precision
+from nemo_fp8_rl.engines.local import bf16_scoring, precision
 from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
 from nemo_fp8_rl.engines.local.sampling import Generation, SamplingParams, generate
 from nemo_fp8_rl.engines.local.task import exact_match_reward, validation_problems
@@ -49,6 +49,8 @@ class Rollout:
             top_k=gen.get("val_top_k", gen["top_k"]),
         )
         self.task = TaskConfig(**config["local"]["task"])
+        self.config, self.num_threads = config, num_threads
+        self._bf16_twin: Rollout | None = None
 
     def apply_refit(self, refit: tuple[list, list[tuple[float, float]]]) -> int:
         """Load `(buckets, kv_scales)` from the trainer; returns the number of tensors applied.
@@ -100,6 +102,20 @@ class Rollout:
             texts = decode_completions(self.tokenizer, gen.response_ids)
             out[f"validation/{name}"] = float(exact_match_reward(texts, problems.answers).mean())
         return out
+
+    def validate_bf16(
+        self, refit: tuple[list, list[tuple[float, float]]], seed: int
+    ) -> dict[str, float]:
+        """The validation scores of the weights in `refit` (a BF16 refit) generated in BF16.
+
+        A BF16 twin of this engine (built on first use) receives the refit and scores the split
+        exactly as `validate` does; see `bf16_scoring` for why.
+        """
+        if self._bf16_twin is None:
+            config = bf16_scoring.bf16_generation_config(self.config)
+            self._bf16_twin = Rollout(config, None, self.num_threads)
+        self._bf16_twin.apply_refit(refit)
+        return bf16_scoring.as_bf16_scores(self._bf16_twin.validate(seed))
 
     def ping(self) -> bool:
         """Liveness check for the driver (returns once the engine is constructed)."""

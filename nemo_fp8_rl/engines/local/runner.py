@@ -3,7 +3,8 @@
 Per step k (0-based; metrics are logged at step k+1, the number of completed steps):
 prompts of step k -> rollout actor samples `num_generations_per_prompt` responses each ->
 exact-match rewards -> GRPO advantages -> trainer actor runs the step -> refit (trainer
-masters -> FP8 buckets -> rollout engine) -> validation every `val_period` steps ->
+masters -> FP8 buckets -> rollout engine) -> validation every `val_period` steps (BF16
+generation, plus the rollout engine's own precision when that is FP8) ->
 metrics, progress bar, checkpoint every `save_period` steps. All randomness is a function of
 (seed, step), and the trainer's state is checkpointed, so `--resume` reproduces an
 uninterrupted run.
@@ -11,6 +12,7 @@ uninterrupted run.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -20,8 +22,8 @@ import torch
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.engines.local import bf16_scoring, precision
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
-from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.backends import open_sinks
@@ -77,6 +79,7 @@ class Loop:
         self.ckpt_cfg = cfg["checkpointing"]
         self.ckpt_root = run_dir / "checkpoints"
         self.last_val: float | None = None
+        self.last_rollout_val: float | None = None
         self.start_metrics: dict[str, float] = {}
 
     # ---- pieces ----------------------------------------------------------------------------
@@ -87,9 +90,17 @@ class Loop:
         return time.perf_counter() - t0
 
     def validate(self, step: int) -> dict[str, float]:
-        """Validation accuracy of the rollout engine's current weights."""
-        out = ray.get(self.rollout.validate.remote(_sampling_seed(self.seed, -1 - step)))
-        self.last_val = out["validation/accuracy"]
+        """Validation scores of the current weights: with BF16 generation (the primary score,
+        `bf16_scoring.BF16_ACCURACY`) and with the rollout engine's own precision."""
+        seed = _sampling_seed(self.seed, -1 - step)
+        out = ray.get(self.rollout.validate.remote(seed))
+        if bf16_scoring.generation_is_bf16(self.cfg):
+            out.update(bf16_scoring.as_bf16_scores(out))
+        else:
+            refit = self.trainer.bf16_refit_buckets.remote()
+            out.update(ray.get(self.rollout.validate_bf16.remote(refit, seed)))
+        self.last_val = out[bf16_scoring.BF16_ACCURACY]
+        self.last_rollout_val = out[bf16_scoring.ROLLOUT_ACCURACY]
         return out
 
     def rollout_batch(self, step: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -127,6 +138,9 @@ class Loop:
         total = time.perf_counter() - t0
         metrics["timing/train/total_step_time"] = total
         metrics["throughput/tokens_per_sec"] = num_tokens(batch) / total
+        # The machine's 1-minute load average: `compare` judges speed only between runs that
+        # ran at a comparable load (on a shared CPU the step time measures the load).
+        metrics["system/load_average_1min"] = os.getloadavg()[0]
         done = k + 1
         period = self.cfg["grpo"]["val_period"]
         if (period and done % period == 0) or (
@@ -140,10 +154,14 @@ class Loop:
     def save(self, done: int) -> None:
         """Atomic checkpoint after `done` completed steps, then prune to `keep_top_k`."""
         state = {"trainer": ray.get(self.trainer.state_dict.remote()), "rng": torch.get_rng_state()}
-        info = {"validation/accuracy": self.last_val, "recipe": self.cfg["logger"]["wandb"]["name"]}
+        info = {
+            bf16_scoring.BF16_ACCURACY: self.last_val,
+            bf16_scoring.ROLLOUT_ACCURACY: self.last_rollout_val,
+            "recipe": self.cfg["logger"]["wandb"]["name"],
+        }
         ckpt.save_checkpoint(self.ckpt_root, done, state, info)
         ckpt.prune_checkpoints(
-            self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), "validation/accuracy"
+            self.ckpt_root, self.ckpt_cfg.get("keep_top_k"), bf16_scoring.BF16_ACCURACY
         )
 
     def resume(self, path: Path) -> int:
@@ -151,7 +169,8 @@ class Loop:
         state, info = ckpt.load_checkpoint(path)
         ray.get(self.trainer.load_state_dict.remote(state["trainer"]))
         torch.set_rng_state(state["rng"])
-        self.last_val = info.get("validation/accuracy")
+        self.last_val = info.get(bf16_scoring.BF16_ACCURACY)
+        self.last_rollout_val = info.get(bf16_scoring.ROLLOUT_ACCURACY)
         return int(info["step"])
 
     # ---- the run ---------------------------------------------------------------------------
@@ -185,6 +204,11 @@ class Loop:
         finally:
             bar.close()
             logger.close()
+
+
+def say(line: str) -> None:
+    """A line on stdout at once (so that a start-up of a minute is never silent)."""
+    print(line, flush=True)
 
 
 def run(
@@ -233,17 +257,22 @@ def _run_locked(
         run_dir, cfg, recipe.to_yaml(with_sources=True), resume=resume, overwrite=overwrite
     )
     t0 = time.perf_counter()
+    started_at = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     started = start_ray()
     t_ray = time.perf_counter()
     try:
         trainer, rollout = make_actors(cfg, None, local.num_threads)
         model_info = None
         if not (resume and (run_dir / "model" / "config.json").exists()):
+            say(f"Ray up ({t_ray - t0:.0f} s); building the tiny model and its warm-up ...")
             model_info = prepare_model(recipe, run_dir, local)
         t_model = time.perf_counter()
+        say("loading the policy into the trainer and rollout actors (they import torch) ...")
         ray.get(trainer.load_policy.remote(str(run_dir / "model")))
         ray.get(rollout.ping.remote())
+        say(f"actors ready ({time.perf_counter() - t0:.0f} s since the start); training")
         extra = {
+            "started_at": started_at,
             "num_threads": local.num_threads,
             "warmup": model_info,
             "resume": resume,

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.calibration import diagnostics as diag
-from nemo_fp8_rl.engines.local import precision
+from nemo_fp8_rl.engines.local import bf16_scoring, precision
 from nemo_fp8_rl.engines.local.batch import select
 from nemo_fp8_rl.engines.local.model import (
     load_weights,
@@ -67,6 +67,7 @@ class Trainer:
         self.loss_fn = CalibratedClippedPGLoss(config["loss_fn"])
         self.config = config
         self.plan: RefitPlan | None = None
+        self.bf16_plan: RefitPlan | None = None
         self.gbs = policy["train_global_batch_size"]
         self.mbs = policy["train_micro_batch_size"]
         self.logprob_bs = policy.get("logprob_batch_size") or self.gbs
@@ -240,6 +241,15 @@ class Trainer:
         bucket_bytes = self.config["refit"]["bucket_size_mb"] * 2**20
         buckets = list(stream_refit(named, self.plan, bucket_bytes=bucket_bytes))
         return buckets, precision.kv_scales(self.model)
+
+    def bf16_refit_buckets(self) -> tuple[list, list[tuple[float, float]]]:
+        """The masters as a BF16 refit (no FP8, no K/V scales), for BF16-generation scoring."""
+        named = precision.export_weights(self.model)
+        if self.bf16_plan is None:
+            config = bf16_scoring.bf16_generation_config(self.config)
+            self.bf16_plan = RefitPlan.from_config(config, [n for n, _ in named], target="module")
+        bucket_bytes = self.config["refit"]["bucket_size_mb"] * 2**20
+        return list(stream_refit(named, self.bf16_plan, bucket_bytes=bucket_bytes)), []
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a resumed run needs: masters, optimiser, calibrator, RNG."""

@@ -1,7 +1,8 @@
 """`run(recipe)`: a recipe as a NeMo RL GRPO run with the project's loss and calibrator.
 
 The sequence is NeMo RL's own `examples/run_grpo.py` (config → Ray → tokenizer → data →
-`setup` → `grpo_train`), with four substitutions:
+`setup` → `grpo_train`, or `async_grpo_train` with `grpo.async_grpo.enabled`: `async_loop`), with
+four substitutions:
 
 1. the config is the hand-off (`handoff.to_nemo_config`), validated by `MasterConfig`;
 2. with calibration on, the policy is built with `ShadowMegatronPolicyWorker` through
@@ -26,6 +27,7 @@ from typing import Any
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.engines.nemo import compat, worker_faults
+from nemo_fp8_rl.engines.nemo.async_loop import async_problems, training_loop
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
@@ -63,8 +65,7 @@ def check_recipe(recipe: Recipe) -> list[str]:
             f"policy.megatron_cfg.cuda_graph_impl: {graphs} with calibration: captured FP8 graphs "
             "would replay during the BF16 shadow pass; set cuda_graph_impl: none"
         )
-    if cfg["grpo"].get("async_grpo", {}).get("enabled", False):
-        problems.append("grpo.async_grpo.enabled: this engine runs synchronous GRPO; set it false")
+    problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
     if (cfg.get("data_plane") or {}).get("enabled", False):
         problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
     problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
@@ -286,7 +287,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
             _located_faults(recipe, run_dir),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
         ):
-            grpo.grpo_train(
+            training_loop(grpo, recipe.config, setup)(
                 train_policy,
                 policy_generation,
                 dataloader,

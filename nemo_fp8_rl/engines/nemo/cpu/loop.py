@@ -79,6 +79,11 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
             "policy.generation.vllm_cfg.async_engine is true: the CPU generation worker is "
             "synchronous; set it false"
         )
+    if config["grpo"].get("async_grpo", {}).get("enabled", False):
+        problems.append(
+            "grpo.async_grpo.enabled: the CPU loop runs NeMo RL's synchronous grpo_train (its "
+            "generation worker has no async engine); set it false"
+        )
     data = config.get("data", {})
     if (data.get("default") or {}).get("processor") != "math_hf_data_processor":
         problems.append(

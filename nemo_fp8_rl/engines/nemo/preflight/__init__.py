@@ -116,6 +116,8 @@ class PreflightResult:
             }
             out.append(f"  vllm.LLM: {shown}")
         out.append(f"  grpo_train reached: {r.train.called('grpo_train')}")
+        if r.train.called("async_grpo_train"):
+            out.append("  async_grpo_train reached: True (grpo.async_grpo.enabled)")
         return out
 
 
@@ -155,6 +157,9 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
         "RayRecorder": ray,
         "RayRecorder.init": ray.init,
         "TrainRecorder": r.train,
+        "TrainRecorder.async_grpo_train": rec.signature_checked(
+            grpo.async_grpo_train, r.train.async_grpo_train
+        ),
         "GpuMonitorRecorder": rec.GpuMonitorRecorder,
         "EnvironmentRecorder": keep(rec.EnvironmentRecorder, r.environments),
         "VenvRecorder": rec.VenvRecorder(),

@@ -117,6 +117,11 @@ class WorkerGroupRecorder(Recorder):
             self.dp_size = sharding.get_axis_size("data_parallel") if sharding else 1
         self.world_size = cluster.world_size()
 
+    @property
+    def workers(self) -> list[str]:
+        """One name per worker actor NeMo RL would start (non-colocated refit counts them)."""
+        return [f"worker-{i}" for i in range(self.world_size)]
+
     def _replies(self, method: str, rank0_only: Any) -> list:
         answer = self.ANSWERS.get(method, lambda i: None)
         return [answer(i) for i in range(self.dp_size if rank0_only else self.world_size)]
@@ -162,10 +167,31 @@ class RayRecorder(Recorder):
 
 
 class TrainRecorder(Recorder):
-    """`grpo_train`: records the objects the training loop would receive."""
+    """`grpo_train` / `async_grpo_train`: records the objects the training loop would receive."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         self._record("grpo_train", *args, **kwargs)
+
+    def async_grpo_train(self, *args: Any, **kwargs: Any) -> None:
+        self._record("async_grpo_train", *args, **kwargs)
+
+    def loop(self) -> str | None:
+        """The training loop the driver reached (None: neither)."""
+        return next((c[0] for c in self.calls), None)
+
+
+def signature_checked(real: Callable[..., Any], recorder: Callable[..., Any]) -> Callable[..., Any]:
+    """`recorder`, after the arguments are bound to `real`'s signature: a keyword this snapshot's
+    function lacks, or a missing argument, raises the TypeError the real call would raise."""
+    import inspect
+
+    signature = inspect.signature(real)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        signature.bind(*args, **kwargs)
+        return recorder(*args, **kwargs)
+
+    return call
 
 
 class VenvRecorder(Recorder):

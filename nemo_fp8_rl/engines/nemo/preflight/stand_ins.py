@@ -52,6 +52,12 @@ DRIVER: tuple[StandIn, ...] = (
         "nemo_rl.algorithms.grpo.grpo_train", "TrainRecorder", "the training loop itself (GPU work)"
     ),
     StandIn(
+        "nemo_rl.algorithms.grpo.async_grpo_train",
+        "TrainRecorder.async_grpo_train",
+        "the asynchronous training loop (replay-buffer and trajectory-collector actors, GPU work); "
+        "its arguments are bound to the real function's signature",
+    ),
+    StandIn(
         "nemo_rl.distributed.virtual_cluster.init_ray",
         "RayRecorder.init",
         "connects to / starts a Ray cluster",
@@ -93,7 +99,7 @@ NOT_RUN: tuple[StandIn, ...] = (
         "LLMRecorder",
         "loads the model, profiles GPU memory, sizes the KV cache; its configuration checks run instead (vLLM's own where installed)",
     ),
-    StandIn("the training loop (grpo_train)", "TrainRecorder", "GPU work"),
+    StandIn("the training loop (grpo_train, async_grpo_train)", "TrainRecorder", "GPU work"),
 )
 
 

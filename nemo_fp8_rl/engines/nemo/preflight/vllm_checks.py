@@ -11,7 +11,7 @@ tree pins in its pyproject.toml; `CITED` holds the lines, read from vLLM 0.20.0 
 | `heads` | total attention heads % TP == 0 |
 | `kv_heads` | TP >= KV heads: TP % KV heads == 0; else KV heads % TP == 0 |
 | `gpu_mem` | 0 < `gpu_memory_utilization` <= 1 (a pydantic field bound) |
-| `fp8_row` | block FP8, TP > 1: a row-parallel layer's input per partition % block_k == 0 (`o_proj`: heads x head_dim / TP; dense `down_proj`: intermediate / TP). Merged column-parallel layers (`qkv_proj`, `gate_up_proj`) skip the check when a partition is unaligned (`_maybe_allow_fp8_block_shape_mismatch`) |
+| `fp8_row` | block FP8, TP > 1: a row-parallel layer's input per partition % block_k == 0 (`o_proj`: heads x head_dim / TP, heads x v_head_dim with MLA; dense `down_proj`: intermediate / TP). Merged column-parallel layers (`qkv_proj`, `gate_up_proj`) skip the check when a partition is unaligned (`_maybe_allow_fp8_block_shape_mismatch`) |
 | `fp8_moe_n`, `fp8_moe_k` | block FP8 MoE: the experts' intermediate size per partition (moe_intermediate / TP, unsplit with expert parallelism) % block_n == 0, and % block_k == 0 when TP > 1 |
 """
 
@@ -174,10 +174,12 @@ def _fp8_findings(kw: dict[str, Any], tp: int, hf: dict[str, Any]) -> list[_Find
     block_n, block_k = block
     key, out = f"{VLLM_CFG}.tensor_parallel_size", []
     head_dim = hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"]
+    if hf.get("kv_lora_rank"):  # MLA (DeepSeek-V3): o_proj reads heads x v_head_dim
+        head_dim = hf["v_head_dim"]
     rows = {"o_proj": hf["num_attention_heads"] * head_dim}
     experts = hf.get("num_experts") or hf.get("n_routed_experts") or 0
-    if not experts or hf.get("mlp_only_layers"):
-        rows["down_proj"] = hf["intermediate_size"]
+    if not experts or hf.get("mlp_only_layers") or hf.get("first_k_dense_replace"):
+        rows["down_proj"] = hf["intermediate_size"]  # the dense layers' MLP
     for layer, size in rows.items():
         if tp > 1 and size % tp == 0 and (size // tp) % block_k:
             out.append(

@@ -1,0 +1,117 @@
+"""Link-B sweep: BF16 study runs with the negative-gradient drop q (never FP8), and its table.
+
+Each q is the BF16 study recipe (`recipes/study/grpo-study-bf16.yaml`) plus the labelled overlay
+`configs/ablation/negative-gradient-drop.yaml` with `loss_fn.ablation.negative_gradient_drop_q=q`:
+a random share q of the negative-advantage tokens get the lower clip's zero gradient. q = 0 is the
+unmodified BF16 recipe, whose runs are the committed study runs (`docs/study/runs/grpo-study-bf16`;
+q = 0 draws nothing, so it is that recipe exactly). The "FP8 dose" is FP8's measured extra share of
+lower-clipped A<0 tokens: mean over the committed seeds of FP8-uncalibrated − BF16
+`clip_lower_frac_neg`.
+
+    python scripts/link_b_sweep.py run --q 1.0,dose --seeds 1-3,5-6 --out runs/link-b
+    python scripts/link_b_sweep.py archive --out runs/link-b     # -> docs/study/link-b/runs
+    python scripts/link_b_sweep.py table                          # endpoints per q, from the archive
+
+Runs go one at a time (`--jobs 1`); per-step metrics of finished runs are archived gzip-compressed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
+from nemo_fp8_rl.study import analysis, grid  # noqa: E402
+
+BASE = ROOT / "recipes" / "study" / "grpo-study-bf16.yaml"
+OVERLAY = ROOT / "configs" / "ablation" / "negative-gradient-drop.yaml"
+STUDY_RUNS = ROOT / "docs" / "study" / "runs"
+ARCHIVE = ROOT / "docs" / "study" / "link-b" / "runs"
+PREFIX = "grpo-study-bf16-negdrop-q"
+
+
+def fp8_dose(runs: Path = STUDY_RUNS) -> float:
+    """FP8's extra share of lower-clipped A<0 tokens over BF16 (mean over committed seeds)."""
+    seeds = sorted(int(p.name.split("-")[1]) for p in (runs / "grpo-study-bf16").glob("seed-*"))
+    table = analysis.collect(runs, ["grpo-study-bf16", "grpo-study-fp8-uncalibrated"], seeds)
+    b = analysis.column(table, "grpo-study-bf16", "clip_lower_frac_neg")
+    u = analysis.column(table, "grpo-study-fp8-uncalibrated", "clip_lower_frac_neg")
+    both = sorted(set(b) & set(u))
+    return sum(u[s] - b[s] for s in both) / len(both)
+
+
+def q_values(text: str) -> list[float]:
+    """`1.0,dose,0.3` -> floats; `dose` is `fp8_dose()` rounded to 3 decimals."""
+    return [round(fp8_dose(), 3) if t == "dose" else float(t) for t in text.split(",")]
+
+
+def recipe_for(q: float, folder: Path) -> Path:
+    """A recipe file: the BF16 study recipe plus the overlay at drop share q."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{PREFIX}{q:g}.yaml"
+    path.write_text(
+        f"# Link-B ablation (not FP8): BF16 study recipe, negative-gradient drop q = {q:g}\n"
+        f"defaults:\n  - {BASE}\n  - {OVERLAY}\n"
+        f"loss_fn:\n  ablation:\n    negative_gradient_drop_q: {q!r}\n"
+    )
+    return path
+
+
+def run(qs: list[float], seeds: list[int], out: Path) -> int:
+    """Run every (q, seed), q-major, one at a time; returns the number of failed runs."""
+    recipes = [recipe_for(q, out / "recipes") for q in qs]
+    specs = grid.plan(recipes, seeds, out)
+    for spec in specs:
+        grid.action(spec)
+    results = grid.run_all(specs, jobs=1)
+    return sum(r.returncode != 0 for r in results)
+
+
+def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
+    """Copy the finished runs' metrics (gzip) and recipes to `dest`; returns what was written."""
+    written = []
+    for metrics in sorted(out.glob(f"{PREFIX}*/seed-*/metrics.jsonl")):
+        run_dir = metrics.parent
+        records = analysis.read_records(run_dir)
+        steps = max(r["step"] for r in records)
+        target = dest / run_dir.parent.name / run_dir.name
+        target.mkdir(parents=True, exist_ok=True)
+        with (
+            metrics.open("rb") as src,
+            gzip.GzipFile(target / "metrics.jsonl.gz", "wb", mtime=0) as f,
+        ):
+            shutil.copyfileobj(src, f)
+        written.append(target)
+        print(f"archived {run_dir.parent.name}/{run_dir.name} ({steps} steps)")
+    return written
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["run", "archive", "table", "dose"])
+    ap.add_argument("--q", default="1.0,dose,0.3,0.1")
+    ap.add_argument("--seeds", default="1-3,5-6")
+    ap.add_argument("--out", type=Path, default=Path("runs/link-b"))
+    args = ap.parse_args(argv)
+    if args.what == "dose":
+        print(f"{fp8_dose():.4f}")
+        return 0
+    if args.what == "run":
+        return 1 if run(q_values(args.q), parse_seeds(args.seeds), args.out) else 0
+    if args.what == "archive":
+        archive(args.out)
+        return 0
+    from link_b_table import markdown  # noqa: PLC0415 - the table needs the endpoints module
+
+    print(markdown(ARCHIVE))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
