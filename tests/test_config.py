@@ -259,6 +259,11 @@ RULE_CASES = {
         "policy:\n  model_name: null\n",
         "policy.model_name: no model set",
     ),
+    "megatron_checkpoint_format": (
+        ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-1n8g-bf16.yaml",
+        "checkpointing:\n  model_save_format: safetensors\n",
+        "checkpointing.model_save_format: 'safetensors' is set, and NeMo RL refuses it",
+    ),
     "quantize_on_trainer_needs_fp8_rollout": (
         ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-1n8g-bf16.yaml",
         "refit:\n  quantize_on: trainer\n",
@@ -281,6 +286,7 @@ def test_every_rule_is_exercised():
         "fp8_rollout_needs_is",
         "fp8_kv_cache_requirements",
         "fp8_training_needs_megatron",
+        "megatron_checkpoint_format",
         "batch_sizes_divide",
         "calibration_requirements",
         "importance_sampling_settings",

@@ -176,7 +176,7 @@ def test_ray_token_notice_is_left_out():
 
     from ray._private.authentication import authentication_token_setup as auth
 
-    from nemo_fp8_rl.engines.local import ray_start
+    from nemo_fp8_rl.runs import ray_start
 
     seen: list[str] = []
     handler = logging.Handler()

@@ -29,7 +29,7 @@ pytestmark = [
     pytest.mark.nemo_rl,
     pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
 ]
-RECIPE = "tiny/grpo-tiny-qwen3-nemo-cpu-fp8"
+RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8"
 HANG_S = 2400  # a hung run, not a slow one: a loaded 2-core machine is slow
 
 

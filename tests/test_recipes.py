@@ -21,6 +21,7 @@ NAME = re.compile(
 )
 MODEL_DIRS = {
     "llama3.1-8b-instruct",
+    "tiny-nemo",
     "qwen3-8b-base",
     "qwen3-4b",
     "qwen3-30b-a3b",

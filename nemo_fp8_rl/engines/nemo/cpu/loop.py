@@ -88,7 +88,7 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
     if (data.get("default") or {}).get("processor") != "math_hf_data_processor":
         problems.append(
             "data.default.processor: the CPU loop feeds NeMo RL's ResponseDataset through "
-            "math_hf_data_processor; set it (recipes/tiny/grpo-tiny-qwen3-nemo-cpu-bf16.yaml)"
+            "math_hf_data_processor; set it (recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-bf16.yaml)"
         )
     return problems
 
