@@ -305,8 +305,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
         shutdown = getattr(grpo, "shutdown_environments", None)
         if shutdown is not None:
             shutdown(task_to_env, val_task_to_env)
-        if policy_generation is not None:
-            policy_generation.shutdown()
+        worker_faults.shut_down_workers(policy_generation, policy)
 
 
 def run(
@@ -350,5 +349,9 @@ def run(
         inputs = cpu_inputs(run_dir) if on_cpu and cpu_inputs is not None else None
         _train(recipe, run_dir, _prepare_nemo(recipe, inputs), cpu=on_cpu)
     finally:
+        if on_cpu:
+            from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+            cluster.stop_ray()
         lock.release(locked)
     return run_dir

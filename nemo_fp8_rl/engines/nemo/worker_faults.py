@@ -59,3 +59,25 @@ def located(
     else:
         fix = f"the checkpoint {kept} is complete; fix the cause and resume with: {resume}"
     return UserError(f"{run_name}: {worker}", f"NeMo RL's loop stopped: {reason}", fix)
+
+
+def shut_down_workers(*owners: Any) -> None:
+    """Shut down the worker groups of NeMo RL's `VllmGeneration` / `Policy` objects, also
+    when a worker is dead.
+
+    NeMo RL's `RayWorkerGroup.shutdown` lets a dead actor's `RayActorError` escape before it
+    kills the other actors and forgets them, so the owner's `__del__` runs the shutdown again
+    at interpreter exit, after Ray is gone, and Ray's auto-init then waits on the stopped
+    cluster forever. After the owner's own shutdown, `shutdown(force=True)` kills what is left
+    and clears the group.
+    """
+    for owner in owners:
+        if owner is None:
+            continue
+        try:
+            owner.shutdown()
+        except Exception as exc:  # noqa: BLE001 - a dead worker; the forced pass follows
+            print(f"{type(owner).__name__}.shutdown: {type(exc).__name__}: {_first_line(str(exc))}")
+        group = getattr(owner, "worker_group", None)
+        if group is not None:
+            group.shutdown(force=True)

@@ -61,3 +61,12 @@ def start_ray(num_gpus: int) -> dict[str, Any]:
 def _passes(key: str) -> bool:
     """Environment passed to actors: everything but Ray's own per-process variables."""
     return not key.startswith(("RAY_ADDRESS", "RAY_RAYLET", "RAY_NODE"))
+
+
+def stop_ray() -> None:
+    """Stop the CPU loop's Ray and forget its address (nothing may reconnect to it at exit)."""
+    import ray
+
+    os.environ.pop("RAY_ADDRESS", None)
+    if ray.is_initialized():
+        ray.shutdown()
