@@ -11,6 +11,7 @@ appears only when complete) and the command that resumes from it.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from nemo_fp8_rl.config.user_error import UserError
 
