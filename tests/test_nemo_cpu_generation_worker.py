@@ -107,6 +107,9 @@ def gen_config(path: Path, **vllm: Any) -> dict[str, Any]:
         "temperature": 1.0,
         "top_p": 1.0,
         "top_k": None,
+        "val_temperature": 1.0,
+        "val_top_p": 1.0,
+        "val_top_k": None,
         "stop_token_ids": [tok.eos_token_id],
         "stop_strings": None,
         "_pad_token_id": tok.pad_token_id,
@@ -444,6 +447,9 @@ def test_mismatched_refit_metadata_is_refused_before_any_weight_moves(
     assert "model.norm.weight: the served model holds it" in str(err.value)
     assert not hasattr(worker.extension, "state_dict_info")
     assert same_state(before, served_state(worker))
+    import pickle  # Ray pickles a worker's exception to raise it in the driver
+
+    assert str(pickle.loads(pickle.dumps(err.value))) == str(err.value)
 
 
 def test_stream_that_breaks_midway_commits_nothing(
