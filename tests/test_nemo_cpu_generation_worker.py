@@ -34,6 +34,11 @@ PROMPTS = ["12+34=", "7*8=", "abc"]
 
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny checkpoint (`write_checkpoint`) in a fresh folder."""
+    return write_checkpoint(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+def write_checkpoint(path: Path) -> Path:
     """A tiny HF Qwen3 checkpoint with the embedded engine's tokenizer; 192-wide layers, so
     the 128x128 FP8 blocks include partial ones."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -62,7 +67,6 @@ def checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with torch.no_grad():  # larger weights than the init, so FP8 rounding shows in log-probs
         for p in model.parameters():
             p.mul_(4.0)
-    path = tmp_path_factory.mktemp("tiny-qwen3")
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return path
