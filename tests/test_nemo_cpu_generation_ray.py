@@ -81,6 +81,8 @@ def ray_cluster() -> Any:
     keep = ("PYTHONPATH", "NEMO_RL_SRC", "OMP_NUM_THREADS")
     os.environ["NEMO_RL_PY_EXECUTABLES_SYSTEM"] = "1"
     env = {k: os.environ[k] for k in (*keep, "NEMO_RL_PY_EXECUTABLES_SYSTEM") if k in os.environ}
+    here = str(Path(__file__).parent)  # the policy stand-in's module, for the actors to import
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (here, env.get("PYTHONPATH")) if p)
     ray.init(num_cpus=4, num_gpus=1, include_dashboard=False, runtime_env={"env_vars": env})
     yield ray
     ray.shutdown()
