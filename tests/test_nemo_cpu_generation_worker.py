@@ -261,6 +261,22 @@ def test_stop_strings_end_a_row_and_stay_in_it(nemo: Any, checkpoint: Path) -> N
     assert torch.equal(cut["output_ids"][1], greedy["output_ids"][1, : cut["output_ids"].shape[1]])
 
 
+def test_generate_text_decodes_the_greedy_generation(nemo: Any, checkpoint: Path) -> None:
+    worker = make_worker(nemo, gen_config(checkpoint))
+    texts = worker.generate_text(nemo.BatchedDataDict({"prompts": PROMPTS}), greedy=True)["texts"]
+    rows = [worker.tokenizer(p)["input_ids"] for p in PROMPTS]  # as generate_text encodes
+    width, pad = max(map(len, rows)), worker.cfg["_pad_token_id"]
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    data = nemo.BatchedDataDict(
+        {"input_ids": ids, "input_lengths": torch.tensor(list(map(len, rows)))}
+    )
+    out = worker.generate(data, greedy=True)
+    for i, text in enumerate(texts):
+        n, k = int(data["input_lengths"][i]), int(out["generation_lengths"][i])
+        ids = out["output_ids"][i, n : n + k]
+        assert text == worker.tokenizer.decode(ids, skip_special_tokens=True)
+
+
 def test_fp8_serves_nemo_rls_quantized_weights_and_changes_logprobs(
     nemo: Any, checkpoint: Path
 ) -> None:
