@@ -14,7 +14,7 @@ max over the successful launches) with the 1-minute load average seen at each la
 
 Variants: `once` is a single `ray.init` as Ray ships it (dashboard off, 2 CPUs), `gcs-wait` is
 `once` with the GCS port wait raised to 120 s, `retry` is the engine's `start_ray` (see
-`nemo_fp8_rl/engines/local/ray_start.py`: agent ports known up front, the raylet wait extended,
+`nemo_fp8_rl.runs.ray_start.py`: agent ports known up front, the raylet wait extended,
 workers at normal priority, a failed start cleaned up and tried again).
 """
 
@@ -128,7 +128,7 @@ def child(variant: str, kind: str) -> dict:
         os.environ["RAY_gcs_server_port_wait_time_s"] = "120"  # noqa: SIM112 (Ray's own name)
     import ray
 
-    from nemo_fp8_rl.engines.local.ray_start import StartRecord, start_ray
+    from nemo_fp8_rl.runs.ray_start import StartRecord, start_ray
 
     load = os.getloadavg()[0]
     t0 = time.monotonic()

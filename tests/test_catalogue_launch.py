@@ -246,7 +246,7 @@ import ray
 if sys.argv[1] == "ray.init":
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
 else:
-    from nemo_fp8_rl.engines.local.ray_start import start_ray
+    from nemo_fp8_rl.runs.ray_start import start_ray
     start_ray(attempts=1)
 print("answer", ray.get(ray.remote(lambda: 42).remote()), flush=True)
 ray.shutdown()
@@ -284,7 +284,7 @@ def test_a_failed_ray_start_is_cleaned_up_and_retried(monkeypatch) -> None:
     import psutil
     import ray
 
-    from nemo_fp8_rl.engines.local.ray_start import StartRecord, start_ray
+    from nemo_fp8_rl.runs.ray_start import StartRecord, start_ray
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "0")

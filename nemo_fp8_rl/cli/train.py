@@ -85,13 +85,17 @@ def main(argv: list[str] | None = None) -> int:
     if args.preflight:
         return preflight(recipe)
     engine = choose_engine(recipe, args.engine)
+    kwargs = dict(resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
     if engine == "local":
         from nemo_fp8_rl.engines.local import run
     else:
         from nemo_fp8_rl.engines.nemo import run
-    run_dir = run(
-        recipe, resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite
-    )
+
+        if recipe.config["cluster"]["gpus_per_node"] == 0:  # NeMo RL's loop on this CPU
+            from nemo_fp8_rl.engines import tiny_handover
+
+            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(recipe, run_dir)
+    run_dir = run(recipe, **kwargs)
     print(f"run finished: {run_dir}")
     return 0
 

@@ -41,8 +41,8 @@ def check_run_dir(recipe: Recipe, *, resume: bool, overwrite: bool) -> tuple[boo
     """
     from nemo_fp8_rl.engines.local.backends import check_available
     from nemo_fp8_rl.engines.local.checkpoint import resume_point
-    from nemo_fp8_rl.engines.local.ray_start import probe_address
     from nemo_fp8_rl.runs import lock, rundir
+    from nemo_fp8_rl.runs.ray_start import probe_address
 
     run_dir = Path(recipe.run_dir).resolve()
     rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)

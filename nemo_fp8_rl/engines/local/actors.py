@@ -1,5 +1,5 @@
 """Ray plumbing: place the trainer and rollout engine as actors (Ray itself is started by
-`nemo_fp8_rl.engines.local.ray_start`)."""
+`nemo_fp8_rl.runs.ray_start`)."""
 
 from __future__ import annotations
 

@@ -28,11 +28,11 @@ from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar
 from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
-from nemo_fp8_rl.engines.local.ray_start import start_ray
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
 from nemo_fp8_rl.runs import lock, rundir
+from nemo_fp8_rl.runs.ray_start import start_ray
 
 
 def _sampling_seed(seed: int, step: int) -> int:

@@ -15,6 +15,7 @@ NeMo RL until it is called.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -28,9 +29,16 @@ __all__ = ["SUPPORTED", "HandoffError", "available", "detect", "run", "to_nemo_c
 
 
 def run(
-    recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
+    recipe: Recipe,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+    cpu_inputs: Callable[[Path], dict[str, str]] | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL; see `runner.run`."""
     from nemo_fp8_rl.engines.nemo.runner import run as _run
 
-    return _run(recipe, resume=resume, progress=progress, overwrite=overwrite)
+    return _run(
+        recipe, resume=resume, progress=progress, overwrite=overwrite, cpu_inputs=cpu_inputs
+    )

@@ -76,15 +76,17 @@ def validate_with_nemo_rl(config: dict[str, Any]) -> Any:
         ) from None
 
 
-def write_handoff(recipe: Recipe, run_dir: Path) -> Path:
-    """Write `nemo_rl_config.yaml` (the hand-off) into `run_dir`; returns its path."""
+def write_handoff(recipe: Recipe, run_dir: Path, config: dict[str, Any] | None = None) -> Path:
+    """Write `nemo_rl_config.yaml` (the hand-off, or `config` where the engine changed it)
+    into `run_dir`; returns its path."""
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / HANDOFF_FILE
     header = (
         f"# NeMo RL master config for {recipe.name}, generated from {recipe.path.name}\n"
         "# (the recipe minus the sections this project owns). Regenerate; do not edit.\n"
     )
-    body = yaml.safe_dump(to_nemo_config(recipe), sort_keys=False, default_flow_style=False)
+    handed = to_nemo_config(recipe) if config is None else config
+    body = yaml.safe_dump(handed, sort_keys=False, default_flow_style=False)
     tmp = path.with_suffix(".yaml.tmp")
     tmp.write_text(header + body)
     tmp.replace(path)

@@ -19,13 +19,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo import compat
+from nemo_fp8_rl.engines.nemo import compat, worker_faults
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
+from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
 from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
 from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
@@ -47,9 +49,7 @@ def check_recipe(recipe: Recipe) -> list[str]:
     """Problems that stop this engine before anything starts (empty list: runnable)."""
     cfg, problems = recipe.config, []
     if cfg["cluster"]["gpus_per_node"] < 1:
-        problems.append(
-            "cluster.gpus_per_node is 0: this is a CPU recipe; run it with --engine local"
-        )
+        problems += cpu_loop.check_cpu_recipe(cfg)
     calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
     megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
     if calibrated and not megatron:
@@ -132,15 +132,19 @@ class _Prepared:
     data: tuple[Any, Any, Any, Any]
 
 
-def _prepare_nemo(recipe: Recipe) -> _Prepared:
-    """MasterConfig, Ray, tokenizer, generation config and data, as `run_grpo.py` does."""
+def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _Prepared:
+    """MasterConfig, Ray, tokenizer, generation config and data, as `run_grpo.py` does (on
+    the CPU loop: the hand-off's CPU values, and Ray with logical GPUs, `cpu.cluster`)."""
     from nemo_rl.algorithms.utils import get_tokenizer
     from nemo_rl.data.utils import setup_response_data
-    from nemo_rl.distributed.virtual_cluster import init_ray
     from nemo_rl.models.generation import configure_generation_config
 
-    config = validate_with_nemo_rl(to_nemo_config(recipe))
-    init_ray()
+    handed = to_nemo_config(recipe)
+    if cpu_inputs is not None:
+        handed = cpu_loop.cpu_config(handed, cpu_inputs)
+        write_handoff(recipe, Path(recipe.run_dir), handed)
+    config = validate_with_nemo_rl(handed)
+    _start_ray(recipe, cpu=cpu_inputs is not None)
     tokenizer = get_tokenizer(config.policy["tokenizer"])
     megatron_cfg = config.policy.get("megatron_cfg") or {}
     config.policy["generation"] = _call_with_supported(
@@ -152,6 +156,20 @@ def _prepare_nemo(recipe: Recipe) -> _Prepared:
     )
     data = setup_response_data(tokenizer, config.data, config.env)
     return _Prepared(config, tokenizer, data)
+
+
+def _start_ray(recipe: Recipe, cpu: bool) -> None:
+    """NeMo RL's `init_ray`; on the CPU loop, a local Ray with logical GPUs instead."""
+    if not cpu:
+        from nemo_rl.distributed.virtual_cluster import init_ray
+
+        init_ray()
+        return
+    from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+    cluster.register_workers(cpu_loop.WORKERS)
+    resources = cluster.start_ray(cpu_loop.LOGICAL_GPUS)
+    print(f"Ray on CPU with {resources.get('GPU', 0):.0f} logical GPU(s)", flush=True)
 
 
 def _policy_factory(calibrated: bool, quantize_on: str = "generator") -> Any:
@@ -206,20 +224,45 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
     )
 
 
-def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
+@contextlib.contextmanager
+def _located_faults(recipe: Recipe, run_dir: Path) -> Iterator[None]:
+    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`)."""
+    try:
+        yield
+    except Exception as exc:
+        fault = worker_faults.located(
+            exc,
+            recipe.name,
+            recipe.config["checkpointing"]["checkpoint_dir"],
+            f"nemo_fp8_rl.train --recipe {recipe.path} --engine nemo --run-dir {run_dir} --resume",
+        )
+        if fault is None:
+            raise
+        raise fault from exc
+
+
+def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False) -> None:
     """NeMo RL `setup`, the substitutions, then `grpo_train`; shuts generation down at the end."""
     from nemo_rl.algorithms import grpo
 
     calibrated = bool(recipe.config["loss_fn"].get("calibration", {}).get("enabled"))
     quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
-    with trainer_generation_worker(quantize_on):
+    if cpu:
+        factory, workers = (
+            cpu_loop.policy_factory(quantize_on),
+            cpu_loop.generation_worker(quantize_on),
+        )
+    else:
+        factory = _policy_factory(calibrated, quantize_on)
+        workers = trainer_generation_worker(quantize_on)
+    with workers, _located_faults(recipe, run_dir):
         setup = grpo.setup(
             prepared.master_config,
             prepared.tokenizer,
             dataset,
             val_dataset,
-            policy_factory=_policy_factory(calibrated, quantize_on),
+            policy_factory=factory,
         )
     (
         policy,
@@ -239,7 +282,10 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     logger = MetricsTee(logger, run_dir / "metrics.jsonl")
     try:
-        with checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext():
+        with (
+            _located_faults(recipe, run_dir),
+            checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
+        ):
             grpo.grpo_train(
                 train_policy,
                 policy_generation,
@@ -263,16 +309,26 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared) -> None:
 
 
 def run(
-    recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
+    recipe: Recipe,
+    *,
+    resume: bool = False,
+    progress: bool = True,
+    overwrite: bool = False,
+    cpu_inputs: Callable[[Path], dict[str, str]] | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
 
+    A CPU recipe runs NeMo RL's loop on this machine (`cpu`): `cpu_inputs(run_dir)` writes the
+    model and data it trains on (`engines.tiny_handover.prepare`) once the run dir is set up.
     Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
     RL) before anything is started, and `lock.RunDirBusy` while another process trains in the
     run dir (the lock is held until this returns). `progress` is accepted for symmetry with
     the embedded engine; NeMo RL prints its own progress.
     """
     problems = check_recipe(recipe)
+    on_cpu = cpu_loop.is_cpu_recipe(recipe.config)
+    if on_cpu and cpu_inputs is None:
+        problems.append("a CPU recipe on NeMo RL's loop needs its model and data (cpu_inputs)")
     if problems:
         raise EngineConfigError(
             f"{recipe.name} cannot run on the NeMo RL engine:\n"
@@ -281,12 +337,17 @@ def run(
     locked = Path(recipe.run_dir).resolve()
     lock.hold(locked)  # one training process per run dir, as on the embedded engine
     try:
+        if on_cpu:
+            from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+            cluster.set_environment()
         info = compat.require_supported()
         run_dir = prepare_run_dir(recipe, resume, overwrite)
         write_environment(run_dir, info)
         export_package_path(run_dir)
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
-        _train(recipe, run_dir, _prepare_nemo(recipe))
+        inputs = cpu_inputs(run_dir) if on_cpu and cpu_inputs is not None else None
+        _train(recipe, run_dir, _prepare_nemo(recipe, inputs), cpu=on_cpu)
     finally:
         lock.release(locked)
     return run_dir

@@ -49,3 +49,8 @@ def device_uuid() -> str:
             "NeMo RL's RayVirtualCluster with use_gpus=True"
         )
     return device_uuid_for(ray.get_runtime_context().get_node_id(), gpu_ids[0])
+
+
+def zmq_address() -> str:
+    """The refit socket address both sides compute (NeMo RL's `get_zmq_address` rule)."""
+    return f"ipc:///tmp/{device_uuid()}.sock"

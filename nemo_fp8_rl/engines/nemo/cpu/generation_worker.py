@@ -126,7 +126,7 @@ class CpuGenerationWorkerImpl:
         self.cfg = config
         self.model_name = config["model_name"]
         self.is_model_owner = bundle_indices is not None
-        self.generator = torch.Generator().manual_seed(0 if seed is None else int(seed))
+        self.seed = 0 if seed is None else int(seed)
         self.awake = set(ALL_TAGS)
         self.device_uuid = device_uuid()
         self.model: ServedModel | None = None
@@ -307,7 +307,7 @@ class CpuGenerationWorkerImpl:
             ids,
             mask,
             params,
-            self.generator,
+            batch_generator(self.seed, input_ids, lengths),
             stop_ids,
             self.cfg["_pad_token_id"],
             budgets=limit,
@@ -391,6 +391,18 @@ class CpuGenerationWorkerImpl:
     def init_collective(self, *args: Any, **kwargs: Any) -> None:
         """Non-colocated refit (NCCL) is not implemented on CPU."""
         self.update_weights_from_collective()
+
+
+def batch_generator(seed: int, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Generator:
+    """The sampling generator for one `generate` call: seeded by the worker's seed and the
+    batch's prompts (SHA-256 of their ids), not by how many calls came before, so a run resumed
+    from a checkpoint samples what the uninterrupted run sampled for the same batch."""
+    import hashlib
+
+    digest = hashlib.sha256(str(seed).encode())
+    for row, n in zip(input_ids.tolist(), lengths.tolist(), strict=True):
+        digest.update(repr(row[: int(n)]).encode())
+    return torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little"))
 
 
 def refit_info_problems(

@@ -1,4 +1,4 @@
-"""Starting (or joining) Ray for the embedded engine, on a machine that may be busy.
+"""Starting (or joining) Ray for a run on one machine that may be busy (both engines).
 
 On a 2-core machine held at load 12 a plain `ray.init` fails again and again, for three reasons
 (Ray 2.60; measured with `benchmarks/bench_ray_start.py`), each handled here:
@@ -94,6 +94,8 @@ class StartRecord:
 def start_ray(
     num_cpus: int = 2,
     *,
+    num_gpus: int | None = None,
+    runtime_env: dict | None = None,
     attempts: int | None = None,
     total_s: float = TOTAL_S,
     echo: Echo = _stderr,
@@ -103,7 +105,8 @@ def start_ray(
 
     Returns True when this call started Ray (the caller shuts it down at the end). Raises
     `UserError` (runtime, exit 1) when Ray cannot be started or joined, with what to do.
-    `attempts` defaults to `NEMO_FP8_RL_RAY_START_ATTEMPTS` or `ATTEMPTS`.
+    `attempts` defaults to `NEMO_FP8_RL_RAY_START_ATTEMPTS` or `ATTEMPTS`. `num_gpus` declares
+    logical GPUs (NeMo RL's loop on CPU), `runtime_env` is passed to every actor.
     """
     import ray
 
@@ -133,6 +136,8 @@ def start_ray(
             ):
                 ray.init(
                     num_cpus=num_cpus,
+                    num_gpus=num_gpus,
+                    runtime_env=runtime_env,
                     include_dashboard=False,
                     log_to_driver=True,
                     configure_logging=False,

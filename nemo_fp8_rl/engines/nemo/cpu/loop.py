@@ -1,0 +1,108 @@
+"""The CPU recipe as NeMo RL's loop runs it here: the hand-off config's CPU values and the workers.
+
+A CPU recipe (`cluster.gpus_per_node: 0`) trained with `--engine nemo` runs NeMo RL's
+`grpo.setup` and `grpo_train` as shipped (`runner`), with these differences from a GPU run,
+each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir says what ran:
+
+* `cluster.gpus_per_node: 1`: one logical GPU (`cluster.start_ray`); generation is colocated
+  with training on it, as in NeMo RL's single-GPU recipes;
+* `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
+  `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
+* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+PACKAGE = "nemo_fp8_rl.engines.nemo.cpu"
+POLICY_WORKER = f"{PACKAGE}.policy_worker.CpuMegatronPolicyWorker"
+TRAINER_FP8_POLICY_WORKER = f"{PACKAGE}.policy_worker.CpuTrainerFp8MegatronPolicyWorker"
+GENERATION_WORKERS = [
+    f"{PACKAGE}.generation_worker.CpuGenerationWorker",
+    f"{PACKAGE}.generation_worker.CpuTrainerFp8GenerationWorker",
+]
+WORKERS = [POLICY_WORKER, TRAINER_FP8_POLICY_WORKER, *GENERATION_WORKERS]
+LOGICAL_GPUS = 1
+
+
+def is_cpu_recipe(config: dict[str, Any]) -> bool:
+    """A recipe for one CPU machine (`cluster.gpus_per_node: 0`)."""
+    return config["cluster"]["gpus_per_node"] == 0
+
+
+def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
+    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`)."""
+    out = copy.deepcopy(config)
+    out["cluster"]["gpus_per_node"] = LOGICAL_GPUS
+    out["cluster"]["num_nodes"] = 1
+    policy = out["policy"]
+    policy["model_name"] = inputs["model"]
+    policy["tokenizer"]["name"] = inputs["model"]
+    train = {k: v for k, v in out["data"]["train"].items() if k != "split_validation_size"}
+    out["data"]["train"] = {**train, "data_path": inputs["train"]}
+    out["data"]["validation"] = {
+        "dataset_name": train.get("dataset_name", "ResponseDataset"),
+        "data_path": inputs["validation"],
+    }
+    return out
+
+
+def policy_worker(quantize_on: str) -> str:
+    """The CPU policy worker's class path for `refit.quantize_on`."""
+    return TRAINER_FP8_POLICY_WORKER if quantize_on == "trainer" else POLICY_WORKER
+
+
+def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
+    """What stops a CPU recipe on NeMo RL's loop here (empty: runnable)."""
+    problems = []
+    policy = config["policy"]
+    if not policy.get("megatron_cfg", {}).get("enabled", False):
+        problems.append(
+            "policy.megatron_cfg.enabled is false: the CPU loop trains on megatron-core; "
+            "set it true (DTensor's worker needs CUDA)"
+        )
+    generation = policy["generation"]
+    if generation.get("backend") != "vllm":
+        problems.append(
+            f"policy.generation.backend: {generation.get('backend')}: the CPU loop serves "
+            "generation behind NeMo RL's VllmGeneration; set vllm"
+        )
+    if not generation.get("colocated", {}).get("enabled", True):
+        problems.append(
+            "policy.generation.colocated.enabled is false: the CPU loop has one logical GPU; "
+            "set it true"
+        )
+    if generation.get("vllm_cfg", {}).get("async_engine", False):
+        problems.append(
+            "policy.generation.vllm_cfg.async_engine is true: the CPU generation worker is "
+            "synchronous; set it false"
+        )
+    data = config.get("data", {})
+    if (data.get("default") or {}).get("processor") != "math_hf_data_processor":
+        problems.append(
+            "data.default.processor: the CPU loop feeds NeMo RL's ResponseDataset through "
+            "math_hf_data_processor; set it (recipes/tiny/grpo-tiny-qwen3-nemo-cpu-bf16.yaml)"
+        )
+    return problems
+
+
+def policy_factory(quantize_on: str) -> Any:
+    """`grpo.setup(policy_factory=...)`: NeMo RL's `Policy` with the CPU policy worker."""
+    from nemo_rl.models.policy.lm_policy import Policy
+
+    fqn = policy_worker(quantize_on)
+
+    def make_policy(*args: Any, **kwargs: Any) -> Any:
+        print(f"policy worker: {fqn} (CPU, megatron-core)", flush=True)
+        return Policy(*args, worker_extension_cls_fqn=fqn, **kwargs)
+
+    return make_policy
+
+
+def generation_worker(quantize_on: str) -> Any:
+    """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
+    from nemo_fp8_rl.engines.nemo.cpu.generation_worker import cpu_generation_worker
+
+    return cpu_generation_worker(quantize_on)

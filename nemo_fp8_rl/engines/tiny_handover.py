@@ -1,0 +1,79 @@
+"""The embedded default's model and task, handed to NeMo RL's loop on CPU as NeMo RL reads them.
+
+`--engine nemo` on a CPU recipe runs NeMo RL's own `grpo.setup`/`grpo_train` (`engines.nemo.cpu`).
+NeMo RL loads a Hugging Face checkpoint folder and a `ResponseDataset` (JSONL); this module
+writes both from the embedded engine's parts, so the two engines start from the same place:
+
+* `<run dir>/nemo-inputs/model`: the tiny model after the embedded engine's warm-up (the same
+  shipped or cached warm-up the local recipes use), saved with its tokenizer and a chat
+  template that renders a prompt as `<bos>` + the user's text, exactly the embedded engine's
+  prompt encoding, so NeMo RL's `math_hf_data_processor` tokenizes the same ids;
+* `<run dir>/nemo-inputs/{train,validation}.jsonl`: addition problems `{"input": "a+b=",
+  "output": "<sum>"}`; NeMo RL's math environment scores an answer with math-verify, which
+  reads the plain number the tiny model writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from nemo_fp8_rl.config import Recipe
+
+INPUTS = "nemo-inputs"
+CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+
+
+def _write_jsonl(path: Path, prompts: list[str], answers: list[str]) -> None:
+    """One `{"input", "output"}` object per line (NeMo RL `ResponseDataset`'s default keys)."""
+    lines = [json.dumps({"input": p, "output": a}) for p, a in zip(prompts, answers, strict=True)]
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    tmp.replace(path)
+
+
+def _train_problems(local: Any, count: int) -> tuple[list[str], list[str]]:
+    """`count` training problems drawn from the task's train seed (distinct from validation)."""
+    from nemo_fp8_rl.engines.local.task import sample_problems
+
+    gen = torch.Generator().manual_seed(local.task.train_seed * 1_000_003)
+    problems = sample_problems(local.task, count, gen)
+    return problems.prompts, problems.answers
+
+
+def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
+    """Write the warm-started model and the data files; returns their paths (`model`, `train`,
+    `validation`) and the warm-up's source (`warmup`: shipped, cache or computed)."""
+    from nemo_fp8_rl.config.project import LocalConfig
+    from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
+    from nemo_fp8_rl.engines.local.task import validation_problems
+    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.engines.local.warmup import warm_start
+
+    quiet_transformers()
+    cfg = recipe.config
+    local = LocalConfig(**cfg["local"])
+    seed = cfg["grpo"]["seed"]
+    folder = run_dir / INPUTS
+    folder.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = build_model(local.model, tokenizer, seed)
+    warm = warm_start(model, tokenizer, local, seed)
+    model_dir = folder / "model"
+    save_checkpoint(model, tokenizer, model_dir)
+    rollout = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["max_num_steps"]
+    train = folder / "train.jsonl"
+    _write_jsonl(train, *_train_problems(local, max(rollout, 64)))
+    val = validation_problems(local.task)
+    validation = folder / "validation.jsonl"
+    _write_jsonl(validation, val.prompts, val.answers)
+    return {
+        "model": str(model_dir),
+        "train": str(train),
+        "validation": str(validation),
+        "warmup": str(warm["source"]),
+    }
