@@ -233,17 +233,22 @@ def test_processed_logprobs_follow_the_temperature(nemo: Any, checkpoint: Path) 
     assert (torch.cat(generated_logprobs(out)) - raw).abs().max() > 0.05  # not the raw ones
 
 
-def test_greedy_is_deterministic_and_sampling_is_not(nemo: Any, checkpoint: Path) -> None:
-    worker = make_worker(nemo, gen_config(checkpoint))
+def test_greedy_is_deterministic_and_sampling_follows_the_seed(nemo: Any, checkpoint: Path) -> None:
+    """Greedy repeats itself; sampling draws from a generator seeded by the worker's seed and
+    the batch's prompts, so the same batch samples the same again (a resumed run) and another
+    seed samples otherwise."""
+    cfg = gen_config(checkpoint)
+    worker = make_worker(nemo, cfg)
     data = prompts(nemo, checkpoint)
     a, b = worker.generate(data, greedy=True), worker.generate(data, greedy=True)
     assert torch.equal(a["output_ids"], b["output_ids"]) and torch.equal(
         a["logprobs"], b["logprobs"]
     )
-    sampled = [worker.generate(data)["output_ids"] for _ in range(3)]
-    assert any(
-        s.shape != a["output_ids"].shape or not torch.equal(s, a["output_ids"]) for s in sampled
-    )
+    first, again = worker.generate(data), worker.generate(data)
+    assert torch.equal(first["output_ids"], again["output_ids"])
+    other = nemo.gw.CpuGenerationWorkerImpl(copy.deepcopy(cfg), bundle_indices=[0], seed=1025)
+    drawn = [other.generate(data)["output_ids"], first["output_ids"], a["output_ids"]]
+    assert len({tuple(x.flatten().tolist()) for x in drawn}) == 3
 
 
 def test_stop_strings_end_a_row_and_stay_in_it(nemo: Any, checkpoint: Path) -> None:
