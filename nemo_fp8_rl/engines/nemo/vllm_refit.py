@@ -42,7 +42,7 @@ class RefitPayloadError(ValueError):
     """The FP8 refit payload does not match the vLLM model; nothing was loaded."""
 
     def __init__(self, where: str, problems: Sequence[str]) -> None:
-        self.problems = list(problems)
+        self.where, self.problems = where, list(problems)
         shown = "\n".join(f"  - {p}" for p in self.problems[:SHOWN])
         more = len(self.problems) - SHOWN
         extra = f"\n  ... and {more} more" if more > 0 else ""
@@ -52,6 +52,10 @@ class RefitPayloadError(ValueError):
             "Fix: run both workers from the same recipe (refit.quantize_on and "
             "policy.generation.vllm_cfg as loaded), or set refit.quantize_on: generator"
         )
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        """Rebuilt from its arguments (Ray sends a worker's exception to the driver)."""
+        return type(self), (self.where, self.problems)
 
 
 def scale_shape(shape: Sequence[int]) -> tuple[int, int]:

@@ -33,6 +33,15 @@ def _reset(fp8: Any) -> None:
     fp8.fp8_state = fp8.FP8State()
 
 
+def _flat(names: list[Any]) -> set[str]:
+    """`ignored_layers` as a set of module names. v0.7.0's `init_fp8` appends one list per
+    `num_*_layers_in_bf16` setting (a nested list); 7ea279a's extends one flat list."""
+    out: set[str] = set()
+    for item in names:
+        out |= _flat(item) if isinstance(item, list) else {str(item)}
+    return out
+
+
 def _decoder_linear_names(hf_model: nn.Module) -> set[str]:
     return {
         fqn
@@ -64,7 +73,7 @@ class Fp8Setup:
 
         _reset(fp8)
         kwargs = fp8.init_fp8(vllm_cfg, model_name, 1)
-        ignored = set(kwargs["hf_overrides"]["quantization_config"].get("ignored_layers", []))
+        ignored = _flat(kwargs["hf_overrides"]["quantization_config"].get("ignored_layers", []))
         config = fp8.global_fp8_config
         cache_dtype = str(kwargs["kv_cache_dtype"])
         return cls(

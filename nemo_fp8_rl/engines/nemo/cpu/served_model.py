@@ -52,7 +52,7 @@ class ServedWeightError(ValueError):
     """A tensor a refit or checkpoint load sends does not fit the served model."""
 
     def __init__(self, where: str, problems: list[str]) -> None:
-        self.problems = problems
+        self.where, self.problems = where, list(problems)
         shown = "\n".join(f"  - {p}" for p in problems[:12])
         more = f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else ""
         super().__init__(
@@ -61,6 +61,10 @@ class ServedWeightError(ValueError):
             "Fix: build the policy and the generation worker from the same model_name and "
             "policy.generation.vllm_cfg (precision, kv_cache_dtype, refit.quantize_on)"
         )
+
+    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
+        """Rebuilt from its arguments (Ray sends a worker's exception to the driver)."""
+        return type(self), (self.where, self.problems)
 
 
 class ServedLinear(LinearBase):

@@ -205,5 +205,15 @@ def installed() -> Iterator[ProcessAfterLoading]:
     try:
         yield after_loading
     finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
+        _forget(set(sys.modules) - before)
+
+
+def _forget(names: set[str]) -> None:
+    """Remove modules `names`, and their attributes on parent packages that stay (else a later
+    `from package import module` finds the removed module there instead of importing anew)."""
+    removed = {name: sys.modules.pop(name) for name in names}
+    for name, module in removed.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = sys.modules.get(parent_name)
+        if parent is not None and getattr(parent, child, None) is module:
+            delattr(parent, child)
