@@ -195,6 +195,21 @@ def test_train_step_with_clipped_pg(worker: Any, recipe: dict) -> None:
     assert float(second["global_loss"][0]) < float(first["global_loss"][0])
 
 
+def test_kv_scales_calibration(worker: Any) -> None:
+    from nemo_rl.models.generation.vllm.quantization.fp8_train_utils import (
+        get_vllm_qkv_scale_names,
+    )
+
+    data = token_batch(worker.hf_config.vocab_size, seed=4)
+    got = worker.calibrate_qkv_fp8_scales(data=data, include_q=True)
+    names = [n for i in range(2) for n in get_vllm_qkv_scale_names(i).values()]
+    assert got["format"] == "fp8" and sorted(got["layers"]) == sorted(names)
+    assert all(0.0 < v < 1.0 for v in got["layers"].values())  # amax / 448 of a tiny model
+    wider = worker.calibrate_qkv_fp8_scales(data=data, include_q=True, margin=2.0)
+    for name, value in got["layers"].items():
+        assert wider["layers"][name] == pytest.approx(value * 2.0 / 1.05)
+
+
 def test_lr_schedule_hold(worker: Any) -> None:
     ticks = worker.scheduler.num_steps
     assert worker.hold_lr_schedule(True)
