@@ -1,8 +1,8 @@
 """`calibrate_qkv_fp8_scales` of the CPU policy worker: FP8 KV-cache scales, as NeMo RL's
 Megatron worker computes them (`grpo_train` calls it when `vllm_cfg.kv_cache_dtype` is FP8).
 
-A forward pre-hook on every `self_attention.core_attention` module (not its softmax) records amax(|q|), amax(|k|),
-amax(|v|) per microbatch during one `get_logprobs` pass; per layer the `percentile` of those
+A forward pre-hook on every `self_attention.core_attention` module (not its softmax) records
+amax(|q|), amax(|k|), amax(|v|) per microbatch during one `get_logprobs` pass; per layer the `percentile` of those
 samples (nearest rank), max over ranks, times `margin`, divided by the FP8 maximum (448, or
 `FP8_MAX_Q`/`_K`/`_V` from the environment) is the scale. The result has NeMo RL's shape:
 `{"format": "fp8", "percentile", "margin", "layers": {vLLM scale name: value}}`, the names
