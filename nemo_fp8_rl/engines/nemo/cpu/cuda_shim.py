@@ -71,6 +71,17 @@ def installed() -> bool:
     return bool(_INSTALLED)
 
 
+def uninstall() -> None:
+    """Undo `install()` (for a test process that builds workers in-process)."""
+    if not _INSTALLED:
+        return
+    import megatron.core.tensor_parallel.random as mrandom
+
+    torch.cuda.current_device = _INSTALLED.pop("current_device")  # type: ignore[assignment]
+    torch.cuda.current_stream = _INSTALLED.pop("current_stream")  # type: ignore[assignment]
+    mrandom.get_cuda_rng_tracker().fork = _INSTALLED.pop("fork")  # type: ignore[method-assign]
+
+
 def _is_cuda(device: Any) -> bool:
     if device is None:
         return False

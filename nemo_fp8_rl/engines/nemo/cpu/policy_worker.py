@@ -15,7 +15,7 @@ This worker implements, with the same argument names and return shapes, the meth
 `prepare_for_lp_inference`, `finish_inference`, `finish_training`, `offload_before_refit`,
 `offload_after_refit`, `prepare_refit_info`, `stream_weights_via_ipc_zmq`,
 `get_free_memory_bytes`, `report_device_id`, `report_node_ip_and_gpu_id`, `save_checkpoint`,
-`finalize_async_save`, `shutdown`; plus the project's `set_fp8_compute` and
+`finalize_async_save`, `shutdown`, `calibrate_qkv_fp8_scales` (FP8 KV cache); plus the project's `set_fp8_compute` and
 `hold_lr_schedule`. It runs on real megatron-core 0.19.2: a local-spec `GPTModel` built from
 the checkpoint folder `policy.model_name` (`megatron_model`), megatron-core's DDP, its
 `get_forward_backward_func()` with NeMo RL's loss wrapper (`steps`, `train_loop`), its
@@ -47,6 +47,7 @@ from nemo_fp8_rl.engines.nemo.cpu import (
     cuda_shim,
     device,
     ipc,
+    kv_calibration,
     optim,
     steps,
     train_loop,
@@ -185,6 +186,19 @@ class CpuMegatronPolicyWorkerImpl(AbstractPolicyWorker):
             for o in outputs
         ]
         return BatchedDataDict(logprobs=torch.cat(padded, dim=0).cpu())
+
+    @torch.no_grad()
+    def calibrate_qkv_fp8_scales(
+        self,
+        *,
+        data: BatchedDataDict,
+        micro_batch_size: int | None = None,
+        percentile: float = 99.9,
+        margin: float = 1.05,
+        include_q: bool = False,
+    ) -> dict[str, Any]:
+        """FP8 KV-cache scales from one logprob pass over `data` (`kv_calibration`)."""
+        return kv_calibration.calibrate(self, data, micro_batch_size, percentile, margin, include_q)
 
     @contextlib.contextmanager
     def use_reference_model(self) -> Iterator[None]:
