@@ -55,7 +55,20 @@ def start_ray(num_gpus: int) -> dict[str, Any]:
     # NeMo RL's memory tracker asks Ray for a memory summary without an address, which fails
     # ("Found multiple active Ray instances") when another Ray runs on this machine.
     os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
+    _no_auto_init()
     return dict(ray.cluster_resources())
+
+
+def _no_auto_init() -> None:
+    """No Ray call may start or join a cluster by itself once this run's Ray is stopped: NeMo
+    RL's `Policy.__del__` / `VllmGeneration.__del__` call their workers again at interpreter
+    exit, and Ray's auto-init then waits forever on the stopped cluster. Ray reads
+    `RAY_ENABLE_AUTO_CONNECT` when `ray._private.auto_init_hook` is imported, so the flag it
+    set from it is cleared too (set for child processes through the environment)."""
+    os.environ["RAY_ENABLE_AUTO_CONNECT"] = "0"
+    from ray._private import auto_init_hook
+
+    auto_init_hook.enable_auto_connect = False
 
 
 def _passes(key: str) -> bool:

@@ -50,6 +50,19 @@ def _cpu_device() -> str:
     return "cpu"
 
 
+@contextlib.contextmanager
+def cpu_stream() -> Iterator[None]:
+    """`torch.cuda.current_stream()` answers a `CpuStream` for the duration (the generation
+    worker's refit: NeMo RL v0.7.0's `update_weights_via_ipc_zmq` fences the CUDA stream inline,
+    where main calls `_synchronize_before_ipc_data_ack`)."""
+    saved = torch.cuda.current_stream
+    torch.cuda.current_stream = lambda *a, **k: CpuStream()  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.cuda.current_stream = saved  # type: ignore[assignment]
+
+
 def install() -> None:
     """Apply the three process-wide entries above (idempotent)."""
     if _INSTALLED:

@@ -35,8 +35,8 @@ from typing import Any
 import ray
 import torch
 
+from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, vllm_names
 from nemo_fp8_rl.engines.nemo.cpu import generation_io as gio
-from nemo_fp8_rl.engines.nemo.cpu import vllm_names
 from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
 from nemo_fp8_rl.engines.nemo.cpu.served_model import ServedModel, ServedWeightError
 from nemo_fp8_rl.engines.sampling import generate
@@ -368,7 +368,7 @@ class CpuGenerationWorkerImpl:
         self._require_awake("update_weights_via_ipc_zmq", frozenset({"weights"}))
         model.discard_staged()
         try:
-            with self.fp8.globals():
+            with self.fp8.globals(), cuda_shim.cpu_stream():
                 ok = bool(self.extension.update_weights_via_ipc_zmq())
         finally:
             if model.staged_names():  # the stream failed before NeMo RL's finalize step
