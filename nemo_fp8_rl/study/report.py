@@ -220,10 +220,8 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
     import numpy as np
 
     series = (
-        ("validation/accuracy", "validation accuracy (greedy,
-rollout precision)", 1),
-        ("train/clip_lower_frac_neg", "share of A<0 tokens
-clipped at L (5-step mean)", 5),
+        ("validation/accuracy", "validation accuracy (greedy,\nrollout precision)", 1),
+        ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5),
         ("train/entropy", "entropy (nats/token)", 1),
         ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1),
     )
