@@ -90,7 +90,19 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"run finished: {run_dir}")
     print_summary(run_dir)
+    if engine == "local":
+        print_run_note(run_dir, recipe.config["loss_fn"])
     return 0
+
+
+def print_run_note(run_dir, loss_fn: dict) -> None:
+    """What this embedded run shows (`study.run_note`), after the closing summary."""
+    from nemo_fp8_rl.runs.summary import read_records
+    from nemo_fp8_rl.study.run_note import run_note
+
+    lines = run_note(read_records(run_dir), loss_fn["ratio_clip_min"], loss_fn["ratio_clip_max"])
+    if lines:
+        print("\n".join(lines))
 
 
 def dry_run(recipe, requested: str) -> int:
