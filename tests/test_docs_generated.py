@@ -3,6 +3,7 @@ committed data: each generated block is regenerated here and compared with the f
 
 - README.md and docs/study/README.md, study tables: `python -m nemo_fp8_rl.study --analyse-only
   --out docs/study/runs` (per-step metrics of every run, `docs/study/runs/`);
+- docs/study/README.md, link-B table: `scripts/link_b_sweep.py table` (docs/study/link-b/runs/);
 - docs/study/README.md, power table: `scripts/study_power.py` (the same committed runs);
 - docs/study/README.md, mechanism table: `scripts/fp8_mechanism.py --table
   docs/study/mechanism.jsonl`;
@@ -78,6 +79,14 @@ def test_power_table_matches_the_committed_runs():
     power = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(power)
     assert _block(ROOT / "docs/study/README.md", power.BEGIN, power.END) == power.table().strip()
+
+
+def test_link_b_table_matches_the_committed_ablation_runs():
+    spec = importlib.util.spec_from_file_location("link_b", ROOT / "scripts/link_b_sweep.py")
+    link_b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(link_b)
+    begin, end = "<!-- link-b-table:begin -->", "<!-- link-b-table:end -->"
+    assert _block(ROOT / "docs/study/README.md", begin, end) == link_b.markdown().strip()
 
 
 def test_launch_table_matches_the_committed_launches():

@@ -160,6 +160,7 @@ def summarize(run_dir: Path, ep: endpoints.Endpoints | None = None) -> dict[str,
         "prob_nmae": _mean([r.get("train/prob_nmae") for r in shadow]),
         "ratio_nmae": _mean([r.get("train/ratio_nmae") for r in shadow]),
         "clip_lower_frac_neg": _mean([r.get("train/clip_lower_frac_neg") for r in train]),
+        "neg_grad_drop_frac_neg": _mean([r.get("train/neg_grad_drop_frac_neg") for r in train]),
         "shadow_fp8_lower_frac_neg": _mean(
             [r.get("train/fp8_nominal_lower_frac_neg") for r in shadow]
         ),
