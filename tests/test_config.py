@@ -154,7 +154,7 @@ def test_misspelt_project_key_and_type_and_range_and_choice(tmp_path):
         in text
     )
     assert "grpo.seed: expected integer, got string ('7')" in text
-    assert "loss_fn.ratio_clip_min: value 1.5 out of range. Fix: use a value in (0, 1)" in text
+    assert "loss_fn.ratio_clip_min: value 1.5 out of range. Fix: use a value in (0, 1]" in text
     assert (
         "policy.megatron_cfg.fp8_cfg.fp8_recipe: value 'rowwise' is not one of 'blockwise', 'tensorwise', 'mxfp8'"
         in text

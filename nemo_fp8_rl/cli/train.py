@@ -14,7 +14,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
 from nemo_fp8_rl.runs.summary import print_summary
@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--parallel sets how many seeds train at once; add --seeds (e.g. 1-4)")
     if args.seeds is not None:
         return main_seeds(args)
-    recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    recipe = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
         return dry_run(recipe, args.engine)
     if args.preflight:
