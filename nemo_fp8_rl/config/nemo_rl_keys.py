@@ -90,6 +90,30 @@ NEMO_RL_KEYS: dict[str, type] = {
     "policy.refit_buffer_size_gb": int,
     "policy.router_replay": dict,
 }
+# Keys of `NEMO_RL_KEYS` that NeMo RL's own example configs set but that no class or code of
+# NeMo RL (main 7ea279a) names: accepted so that those configs load (NeMo RL ignores them).
+SET_BY_CONFIGS_ONLY = frozenset(
+    {
+        "grpo.invalid_tool_call_strategy",
+        "policy.generation.vllm_cfg.limit_mm_per_prompt",  # v0.7.0 only; main reads it
+        "policy.megatron_cfg.moe_aux_loss_coeff",  # v0.7.0 only; main reads it
+        "grpo.num_val_generations_per_prompt",
+        "grpo.penalize_invalid_tool_call",
+        "grpo.penalize_malformed_thinking",
+        "policy.activation_checkpointing_enabled",
+        "policy.generation.vllm_cfg.enable_expert_parallel",
+        "policy.generation.vllm_cfg.enforce_monotonicity",
+        "policy.megatron_cfg.calculate_per_token_loss",
+        "policy.megatron_cfg.converter_type",
+        "policy.megatron_cfg.cp_normalize",
+        "policy.megatron_cfg.distributed_data_parallel_config.average_in_collective",
+        "policy.megatron_cfg.do_not_average_loss",
+        "policy.megatron_cfg.moe_router_enable_expert_bias",
+        "policy.megatron_cfg.scale_loss_by_dp_cp_size",
+        "policy.megatron_cfg.scheduler.override_opt_param_scheduler",
+        "policy.megatron_cfg.track_moe_metrics",
+    }
+)
 # Keys the base config holds with a narrower type than NeMo RL's: key -> accepted types.
 WIDER_TYPES: dict[str, tuple[type, ...]] = {
     "grpo.batch_multiplier": (int, float),  # GRPOConfig: float

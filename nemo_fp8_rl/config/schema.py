@@ -275,11 +275,14 @@ def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[Co
 
 
 def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> ConfigIssue:
-    close = difflib.get_close_matches(key, [str(k) for k in base], n=1, cutoff=0.6)
+    known = [str(k) for k in base]
+    known += [k[len(prefix) :] for k in NEMO_RL_KEYS if k.startswith(prefix)]
+    known = [k for k in dict.fromkeys(known) if "." not in k]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     fix = (
         f"did you mean {prefix}{close[0]}?"
         if close
-        else f"remove it; known keys here: {', '.join(map(str, base))}"
+        else f"remove it; known keys here: {', '.join(known)}"
     )
     return ConfigIssue(
         path,
