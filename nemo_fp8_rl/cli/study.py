@@ -12,15 +12,16 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UsageError, shown
 from nemo_fp8_rl.runs.seeds import parse_seeds
 from nemo_fp8_rl.study import analysis, endpoints, grid, report
 
@@ -189,11 +190,36 @@ def scoring_note(table: dict) -> str:
     )
 
 
+def read_meta(out: Path) -> dict:
+    """`out/study.json` as written by a study ({} when there is none); a garbled one is a
+    located error, not a traceback."""
+    path = out / META
+    if not path.exists():
+        return {}
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UsageError(
+            str(path),
+            f"not a study record ({type(exc).__name__}: {shown(str(exc))})",
+            "delete it and pass --seeds, or run the study again",
+        ) from exc
+    seeds = meta.get("seeds") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict) or not (
+        seeds is None or (isinstance(seeds, list) and all(type(s) is int and s >= 0 for s in seeds))
+    ):
+        raise UsageError(
+            str(path),
+            "not a study record (a JSON object whose seeds are a list of whole numbers)",
+            "delete it and pass --seeds, or run the study again",
+        )
+    return meta
+
+
 def blocks(out: Path, seeds: list[int] | None = None) -> tuple[dict, list[dict], dict]:
     """`(table, target rows, meta)` of the runs in `out` (seeds from `out/study.json` if
     there is one); raises UsageError when no run of the study is there."""
-    meta_path = out / META
-    meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+    meta = read_meta(out)
     seeds = seeds if seeds is not None else meta.get("seeds")
     if seeds is None:
         raise UsageError(str(out), f"no {META} naming the seeds", "pass --seeds")
@@ -224,13 +250,12 @@ def archive(out: Path, dest: Path, meta: dict) -> None:
             target = dest / name / f"seed-{seed}"
             target.mkdir(parents=True, exist_ok=True)
             text = "".join(json.dumps(r) + "\n" for r in analysis.read_records(run))
-            with (
-                open(target / "metrics.jsonl.gz", "wb") as raw,
-                gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f,
-            ):
+            raw = io.BytesIO()
+            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
                 f.write(text.encode())
-            shutil.copyfile(wall, target / wall.name)
-    (dest / META).write_text(json.dumps(meta, indent=1) + "\n")
+            write_atomic(target / "metrics.jsonl.gz", raw.getvalue())
+            write_atomic(target / wall.name, wall.read_bytes())
+    write_atomic(dest / META, json.dumps(meta, indent=1) + "\n")
 
 
 def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict]) -> None:
@@ -238,7 +263,7 @@ def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict
     dest.mkdir(parents=True, exist_ok=True)
     plots = [str(p) for p in report.plots(out, table, NAMES, dest)]
     report.write_json(dest / "results.json", table, rows, meta)
-    (dest / "tables.md").write_text(full_block(rows, table, meta, plots) + "\n")
+    write_atomic(dest / "tables.md", full_block(rows, table, meta, plots) + "\n")
 
 
 def _closing_line(meta: dict, took: float, analyse_only: bool, dest: Path) -> str:
@@ -262,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UsageError(str(dest), "holds the committed report", "pass --write-docs to replace it")
     _check_folder(args.out, "--out")
     _check_folder(dest, "--report")
-    meta = json.loads((args.out / META).read_text()) if (args.out / META).exists() else {}
+    meta = read_meta(args.out)
     if not args.analyse_only:
         specs = grid.plan([STUDY_DIR / f"{n}.yaml" for n in NAMES], seeds, args.out,
                           tuple(args.overrides))  # fmt: skip
@@ -280,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
             "overrides": args.overrides,
         }
         args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / META).write_text(json.dumps(meta, indent=1) + "\n")
+        write_atomic(args.out / META, json.dumps(meta, indent=1) + "\n")
     if args.analyse_only and args.seeds is None:
         seeds = meta.get("seeds", seeds)  # what the runs in --out were run with
     table, rows, meta = blocks(args.out, seeds)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.config.loader import load_chain, parent_list
 from nemo_fp8_rl.config.locations import portable_name, resolve_parent, resolve_ref
+from nemo_fp8_rl.config.safe_files import refuse_link
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
 from nemo_fp8_rl.config.user_error import UsageError
 
@@ -115,6 +116,7 @@ def copy_recipe(ref: str, dest: Path, overwrite: bool = False, full: bool = Fals
         raise UsageError(
             str(dest.parent), "no such folder", f"create it first (mkdir -p {dest.parent})"
         )
+    refuse_link(dest)
     text = full_text(src, ref) if full else copy_text(src)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".yaml")
     try:

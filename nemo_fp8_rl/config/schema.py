@@ -50,6 +50,8 @@ ABSENT_BY_DEFAULT: dict[str, type] = {
     "policy.megatron_cfg.moe_grouped_gemm": bool,
     # megatron/train.py: `.get("fuse_loss", False)`; one packed loss call per micro-batch.
     "policy.sequence_packing.fuse_loss": bool,
+    # utils/logger.py: `WandbConfig.entity` (NotRequired), the W&B team or user of the run.
+    "logger.wandb.entity": str,
 }
 # Keys derived from the recipe name (never written by hand).
 DERIVED = (
@@ -149,6 +151,9 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "loss_fn.reference_policy_kl_type": ("k1", "k2", "k3"),
     "loss_fn.truncated_importance_sampling_type": (None, "tis", "icepop", "seq-mask-tis"),
 }
+
+# Keys whose base value is null but which hold a name (a string) when set.
+NULLABLE.update({"policy.model_name": (str,)})
 
 
 def check_keys(config: dict, base: dict, prov: dict[str, str]) -> list[ConfigIssue]:
@@ -256,12 +261,12 @@ def _check_absent_by_default(
 
 
 def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
-    """Keys whose base value is null: a number (or null) where NULLABLE says so."""
+    """Keys whose base value is null: a number, or a name (or null) where NULLABLE says so."""
     kinds = NULLABLE.get(path)
     if kinds is None or value is None:
         return
     if isinstance(value, bool) or not isinstance(value, kinds):
-        name = "integer" if kinds == (int,) else "number"
+        name = {(int,): "integer", (str,): "string"}.get(kinds, "number")
         issues.append(
             ConfigIssue(
                 path,

@@ -22,11 +22,13 @@ and `fp8_cal` (FP8 with Calibrated Clipping). The method's claims, as targets ov
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import warnings
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.study.analysis import (
     Interval,
     column,
@@ -257,7 +259,9 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
             ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
         fig.tight_layout()
         path = dest / (key.replace("/", "_") + ".png")
-        fig.savefig(path, dpi=110, bbox_inches="tight")  # nothing cut off (labels, legend)
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # nothing cut off
+        write_atomic(path, buffer.getvalue())
         plt.close(fig)
         paths.append(path)
     return paths
@@ -273,7 +277,7 @@ def write_json(path: Path, table: dict, rows: list[dict], meta: dict) -> None:
             for r in rows
         ],
     }
-    path.write_text(json.dumps(_nulls(out), indent=1, allow_nan=False) + "\n")
+    write_atomic(path, json.dumps(_nulls(out), indent=1, allow_nan=False) + "\n")
 
 
 def _nulls(value):
@@ -299,5 +303,5 @@ def splice(path: Path, block: str) -> bool:
         return False
     head, rest = text.split(BEGIN)
     _, tail = rest.split(END)
-    path.write_text(f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}", encoding="utf-8")
+    write_atomic(path, f"{head}{BEGIN}\n{block.strip()}\n{END}{tail}")
     return True
