@@ -155,6 +155,15 @@ def _empty_index(ws: Workspace) -> None:
     ws.write("src/model.safetensors.index.json", '{"metadata": {}, "weight_map": {}}')
 
 
+def _huge_step(ws: Workspace, step: str = "1e300") -> None:
+    """Two runs to compare, the FP8 one with a metrics line at an absurd step."""
+    from catalogue_cases import _compare_runs
+
+    _compare_runs(ws)
+    with (ws.root / "fp8/metrics.jsonl").open("a") as f:
+        f.write(f'{{"step": {step}, "train/reward": 0.5}}\n')
+
+
 # One case per line, so the table reads as a table.
 # fmt: off
 CASES: list[Case] = [
@@ -223,6 +232,15 @@ CASES: list[Case] = [
     # ---- logging endpoints probed before Ray starts ---------------------------------------------
     Case("mlflow-uri-dead", "train", (*RUN, "logger.mlflow_enabled=true", "logger.mlflow.tracking_uri=http://127.0.0.1:1"), 1, "MLflow (logger.mlflow.tracking_uri=http://127.0.0.1:1): nothing answers at 127.0.0.1:1", subprocess=True),
     Case("wandb-online-host-dead", "train", (*RUN, "logger.wandb_enabled=true"), 1, "W&B (http://127.0.0.1:1): nothing answers at 127.0.0.1:1", env={"WANDB_MODE": "online", "WANDB_BASE_URL": "http://127.0.0.1:1"}),
+    # ---- what was wrongly refused, or silently dropped ------------------------------------------
+    Case("cp-quoted-defaults-key", "recipes", ("cp", "{ws}/q.yaml", "{ws}/mine.yaml"), 0, "", lambda ws: ws.write("q.yaml", f'"defaults": {T}\ngrpo:\n  max_num_steps: 7\n'), changes=True, stdout="wrote {ws}/mine.yaml"),
+    Case("cp-path-with-space-quoted", "recipes", ("cp", T, "{ws}/my runs/mine.yaml"), 0, "", lambda ws: (ws.root / "my runs").mkdir(), changes=True, stdout="nemo_fp8_rl.train --recipe '{ws}/my runs/mine.yaml'"),
+    Case("mounts-empty-source", "submit", ("--recipe", T, "--container", "img", "--mounts", ":/data", "--dry-run"), 2, "--mounts: ':/data' is not a mount of the form SRC[:DST[:FLAGS]]"),
+    Case("mounts-without-container", "submit", ("--recipe", T, "--mounts", "/lustre:/data", "--dry-run"), 2, "mounts are set but no container"),
+    Case("compare-step-1e300", "compare", ("{ws}/bf16", "{ws}/fp8", "--out", "{ws}/rep", "--no-plots"), 0, "has no integer 'step' in [0, 2**53], skipped", _huge_step, changes=True),
+    Case("compare-step-5000-digits", "compare", ("{ws}/bf16", "{ws}/fp8", "--out", "{ws}/rep", "--no-plots"), 0, "is not valid JSON, skipped", lambda ws: _huge_step(ws, LONG), changes=True),
+    Case("study-garbled-record", "study", ("--analyse-only", "--out", "{ws}/study"), 2, "study/study.json: not a study record (JSONDecodeError", lambda ws: ws.write("study/study.json", "{garbled")),
+    Case("study-record-not-object", "study", ("--analyse-only", "--out", "{ws}/study"), 2, "not a study record (a JSON object whose seeds are a list of whole numbers)", lambda ws: ws.write("study/study.json", '{"seeds": "1-3"}')),
     Case("eval-corrupted-state", "eval", EVAL, 1, "state.pt: fails its SHA-256 checksum (corrupted)", _flipped_state),
 ]
 # fmt: on

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -128,7 +129,7 @@ def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     path = copy_recipe(recipe, dest, overwrite=overwrite, full=full)
     what = "the full configuration" if full else "a copy"
     print(f"wrote {path}: {what} of {recipe} to edit; train it with")
-    print(f"  nemo_fp8_rl.train --recipe {path}")
+    print(f"  nemo_fp8_rl.train --recipe {shlex.quote(str(path))}")
     return 0
 
 

@@ -110,7 +110,7 @@ def main_seeds(args: argparse.Namespace) -> int:
     print("---- seeds ----")
     for line in summary_lines(outcomes):
         print(line)
-    print(f"compare with: nemo_fp8_rl.compare {group} <other recipe's run dir>")
+    print(f"compare with: nemo_fp8_rl.compare {shlex.quote(str(group))} <other recipe's run dir>")
     failed = [o.seed for o in outcomes if not o.ok]
     if failed:
         print(

@@ -32,6 +32,7 @@ from nemo_fp8_rl.config.user_error import UsageError
 
 _PLAIN = re.compile(r"[\w./+@-]+")
 _TOP_LEVEL = re.compile(r"[^\s#-]")
+_DEFAULTS = re.compile(r"""(defaults|"defaults"|'defaults')\s*:""")  # the key, quoted or not
 
 
 def _item(ref: str) -> str:
@@ -43,7 +44,7 @@ def rewrite_defaults(text: str, parents: list[str]) -> str:
     """`text` with its top-level `defaults:` entry (one line or a block list) replaced by
     `parents` as a block list; other lines are kept as they are."""
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if re.match(r"defaults\s*:", line)), None)
+    start = next((i for i, line in enumerate(lines) if _DEFAULTS.match(line)), None)
     block = "defaults:\n" + "".join(f"  - {_item(p)}\n" for p in parents)
     if start is None:
         return block + text
