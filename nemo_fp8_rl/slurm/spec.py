@@ -188,7 +188,9 @@ def build_job_spec(
     container = cfg.get("container")
     if python_bin_dir is None and not container:
         python_bin_dir = Path(sys.executable).parent
-    mounts = cfg.get("mounts") or ()
+    mounts = tuple(
+        check_mount(m, f"slurm.mounts[{i}]") for i, m in enumerate(cfg.get("mounts") or ())
+    )
     if mounts and not container:  # pyxis mounts exist only inside a container
         raise JobSpecError(
             "slurm.mounts / --mounts: mounts are set but no container, and without one the job "
@@ -208,7 +210,7 @@ def build_job_spec(
         account=_optional_header(cfg.get("account"), "slurm.account / --account"),
         partition=_optional_header(cfg.get("partition"), "slurm.partition / --partition"),
         container=_optional(container, "slurm.container / --container"),
-        mounts=tuple(check_mount(m, f"slurm.mounts[{i}]") for i, m in enumerate(mounts)),
+        mounts=mounts,
         env=check_env(cfg.get("env") or {}),
         setup_command=_optional(cfg.get("setup_command"), "slurm.setup_command"),
         gres_per_node=_optional_header(cfg.get("gres_per_node"), "slurm.gres_per_node"),
