@@ -209,16 +209,17 @@ def shape_problems(config: Mapping[str, Any], shapes: Mapping[str, tuple[int, ..
                 note(field, f"{rows} but {name} has {shape[0]} rows")
             if hidden is not None and len(shape) == 2 and shape[1] != hidden:
                 note("hidden_size", f"{hidden} but {name} has {shape[1]} columns")
-        elif m := _OUT.match(name):  # o_proj, down_proj: [hidden, inner]
-            field, cols = expected.get(m.group(2), (None, None))
-            if hidden is not None and shape[0] != hidden:
-                note("hidden_size", f"{hidden} but {name} has {shape[0]} rows (transposed?)")
-            if field is not None and len(shape) == 2 and shape[1] != cols:
-                note(field, f"{cols} but {name} has {shape[1]} columns (transposed?)")
         elif m := _EXPERT.match(name):
             experts[int(m.group(1))].add(int(m.group(2)))
             if moe_rows is not None and shape[0] != moe_rows:
                 note("moe_intermediate_size", f"{moe_rows} but {name} has {shape[0]} rows")
+    for name, shape in sorted(shapes.items()):  # after the inputs: a wrong field shows there
+        if (m := _OUT.match(name)) and len(shape) == 2:  # o_proj, down_proj: [hidden, inner]
+            field, cols = expected.get(m.group(2), (None, None))
+            if hidden is not None and shape[0] != hidden:
+                note("hidden_size", f"{hidden} but {name} has {shape[0]} rows (transposed?)")
+            if field is not None and shape[1] != cols:
+                note(field, f"{cols} but {name} has {shape[1]} columns (transposed?)")
     untied = config.get("tie_word_embeddings") is False
     if untied and embed is not None and "lm_head.weight" not in shapes:
         note("tie_word_embeddings", "false but the tensors hold no lm_head.weight")
