@@ -23,6 +23,8 @@ import shutil
 import sys
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -80,6 +82,10 @@ def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
         run_dir = metrics.parent
         records = analysis.read_records(run_dir)
         steps = max(r["step"] for r in records)
+        planned = yaml.safe_load((run_dir / "recipe.yaml").read_text())["grpo"]["max_num_steps"]
+        if steps < planned:
+            print(f"skipped  {run_dir.parent.name}/{run_dir.name} (step {steps} of {planned})")
+            continue
         target = dest / run_dir.parent.name / run_dir.name
         target.mkdir(parents=True, exist_ok=True)
         with (
@@ -90,6 +96,67 @@ def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
         written.append(target)
         print(f"archived {run_dir.parent.name}/{run_dir.name} ({steps} steps)")
     return written
+
+
+ENDPOINTS = (
+    ("val_mean", "accuracy, mean after step 0"),
+    ("val_gain", "gain from step 0"),
+    ("entropy_rise", "largest entropy rise"),
+    ("entropy_mean", "mean entropy"),
+)
+
+
+def collect(archive: Path = ARCHIVE) -> dict[float, dict[int, dict]]:
+    """`{q: {seed: summary}}`: q = 0 from the committed BF16 study runs, the rest archived."""
+    out: dict[float, dict[int, dict]] = {}
+    base = STUDY_RUNS / "grpo-study-bf16"
+    out[0.0] = {int(d.name[5:]): analysis.summarize(d) for d in sorted(base.glob("seed-*"))}
+    for folder in sorted(archive.glob(f"{PREFIX}*")):
+        q = float(folder.name[len(PREFIX) :])
+        out[q] = {int(d.name[5:]): analysis.summarize(d) for d in sorted(folder.glob("seed-*"))}
+    return out
+
+
+def slope(per_q: dict[float, dict[int, dict]], key: str) -> analysis.Interval:
+    """Per seed, the least-squares slope of `key` in q over the q values that seed has (two at
+    least); mean over seeds with its Student-t interval."""
+    seeds = sorted({s for runs in per_q.values() for s in runs})
+    slopes = []
+    for seed in seeds:
+        pts = [(q, runs[seed][key]) for q, runs in per_q.items() if seed in runs]
+        if len(pts) < 2:
+            continue
+        mq = sum(q for q, _ in pts) / len(pts)
+        my = sum(y for _, y in pts) / len(pts)
+        sxx = sum((q - mq) ** 2 for q, _ in pts)
+        slopes.append(sum((q - mq) * (y - my) for q, y in pts) / sxx)
+    return analysis.mean_interval(slopes)
+
+
+def markdown(archive: Path = ARCHIVE) -> str:
+    """Per q: seeds, measured drop share, each endpoint's mean; then each endpoint's slope in q."""
+    per_q = collect(archive)
+    head = " | ".join(label for _, label in ENDPOINTS)
+    lines = [
+        f"| q | seeds | measured drop share of A<0 | {head} |",
+        "|---|---|---|" + "---|" * len(ENDPOINTS),
+    ]
+    for q in sorted(per_q):
+        runs = per_q[q]
+        drop = analysis.mean_interval([s.get("neg_grad_drop_frac_neg", 0.0) for s in runs.values()])
+        cells = " | ".join(
+            analysis.mean_interval([s[k] for s in runs.values()]).fmt() for k, _ in ENDPOINTS
+        )
+        seeds = ", ".join(map(str, sorted(runs)))
+        lines.append(f"| {q:g} | {seeds} | {drop.fmt('{:.4f}')} | {cells} |")
+    lines += [
+        "",
+        "| endpoint | slope in q (per seed, least squares; mean over seeds) |",
+        "|---|---|",
+    ]
+    for key, label in ENDPOINTS:
+        lines.append(f"| {label} | {slope(per_q, key).fmt()} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "archive":
         archive(args.out)
         return 0
-    from link_b_table import markdown  # noqa: PLC0415 - the table needs the endpoints module
-
-    print(markdown(ARCHIVE))
+    print(markdown())
     return 0
 
 

@@ -132,6 +132,16 @@ def test_misspelt_key_gets_did_you_mean(tmp_path):
     ]
 
 
+def test_keys_nemo_rl_reads_only_when_present_are_typed_not_unknown(tmp_path):
+    """`moe_grouped_gemm` / `sequence_packing.fuse_loss`: absent from the base (NeMo RL's own
+    default then applies), accepted when set, type-checked like any key."""
+    body = "policy:\n  sequence_packing:\n    fuse_loss: 'yes'\n"
+    (line,) = bad(tmp_path, QWEN_FP8, body)
+    assert "policy.sequence_packing.fuse_loss: expected bool, got string ('yes')" in line
+    assert "remove the key to keep NeMo RL's default" in line
+    assert "moe_grouped_gemm" not in load_recipe(QWEN_FP8).config["policy"]["megatron_cfg"]
+
+
 def test_misspelt_project_key_and_type_and_range_and_choice(tmp_path):
     body = (
         "loss_fn:\n  ratio_clip_min: 1.5\n  calibration:\n    intervall: 5\n"
@@ -144,7 +154,7 @@ def test_misspelt_project_key_and_type_and_range_and_choice(tmp_path):
         in text
     )
     assert "grpo.seed: expected integer, got string ('7')" in text
-    assert "loss_fn.ratio_clip_min: value 1.5 out of range. Fix: use a value in (0, 1)" in text
+    assert "loss_fn.ratio_clip_min: value 1.5 out of range. Fix: use a value in (0, 1]" in text
     assert (
         "policy.megatron_cfg.fp8_cfg.fp8_recipe: value 'rowwise' is not one of 'blockwise', 'tensorwise', 'mxfp8'"
         in text

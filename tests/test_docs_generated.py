@@ -3,6 +3,8 @@ committed data: each generated block is regenerated here and compared with the f
 
 - README.md and docs/study/README.md, study tables: `python -m nemo_fp8_rl.study --analyse-only
   --out docs/study/runs` (per-step metrics of every run, `docs/study/runs/`);
+- docs/study/README.md, link-B table: `scripts/link_b_sweep.py table` (docs/study/link-b/runs/);
+- docs/study/README.md, power table: `scripts/study_power.py` (the same committed runs);
 - docs/study/README.md, mechanism table: `scripts/fp8_mechanism.py --table
   docs/study/mechanism.jsonl`;
 - docs/launch.md, launches under load: `benchmarks/bench_ray_start.py --table
@@ -59,8 +61,8 @@ def test_study_tables_in_docs_match_the_committed_runs(study_report):
 def test_study_table_in_the_readme_matches_the_committed_runs(study_report):
     from nemo_fp8_rl.cli.study import blocks, headline_block
 
-    _, rows, meta = blocks(ROOT / "docs/study/runs")
-    assert _block(ROOT / "README.md", BEGIN, END) == headline_block(rows, meta).strip()
+    table, rows, meta = blocks(ROOT / "docs/study/runs")
+    assert _block(ROOT / "README.md", BEGIN, END) == headline_block(rows, meta, table).strip()
     results = json.loads((study_report / "results.json").read_text())
     committed = json.loads((ROOT / "docs/study/results.json").read_text())
     assert results == committed
@@ -70,6 +72,21 @@ def test_mechanism_table_matches_the_committed_results():
     mech = _script("fp8_mechanism")
     table = mech.table(ROOT / "docs/study/mechanism.jsonl")
     assert _block(ROOT / "docs/study/README.md", mech.BEGIN, mech.END) == table.strip()
+
+
+def test_power_table_matches_the_committed_runs():
+    spec = importlib.util.spec_from_file_location("power", ROOT / "scripts/study_power.py")
+    power = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(power)
+    assert _block(ROOT / "docs/study/README.md", power.BEGIN, power.END) == power.table().strip()
+
+
+def test_link_b_table_matches_the_committed_ablation_runs():
+    spec = importlib.util.spec_from_file_location("link_b", ROOT / "scripts/link_b_sweep.py")
+    link_b = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(link_b)
+    begin, end = "<!-- link-b-table:begin -->", "<!-- link-b-table:end -->"
+    assert _block(ROOT / "docs/study/README.md", begin, end) == link_b.markdown().strip()
 
 
 def test_launch_table_matches_the_committed_launches():

@@ -67,7 +67,9 @@ def test_eval_dry_run_checks_and_writes_nothing(tmp_path, capsys):
     out = capsys.readouterr().out
     assert f"would evaluate {run_dir} last (step 2) on addition" in out
     assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
-    assert invoke(eval_cli.main, ["--run", str(run_dir), "--dry-run", "--checkpoint", "step_9"]) == 2
+    assert (
+        invoke(eval_cli.main, ["--run", str(run_dir), "--dry-run", "--checkpoint", "step_9"]) == 2
+    )
 
 
 def test_study_refuses_seeds_as_separate_words(tmp_path, capsys):
@@ -150,7 +152,9 @@ def test_closing_summary_reads_the_run(tmp_path, capsys):
     logger.close()
     print_summary(tmp_path)
     out = capsys.readouterr().out
-    assert "validation accuracy (scored in rollout precision) 0.250 (step 0) -> 0.500 (step 2)" in out
+    assert (
+        "validation accuracy (scored in rollout precision) 0.250 (step 0) -> 0.500 (step 2)" in out
+    )
     assert "A<0 tokens below the lower bound 3.00 %; A>0 tokens above the upper bound 1.00 %" in out
     assert "clip bounds L,H 0.780,1.250 (step 1) -> 0.740,1.250 (step 2)" in out
     assert f"nemo_fp8_rl.eval --run {tmp_path}" in out and "nemo_fp8_rl.compare" in out
@@ -282,7 +286,10 @@ def test_more_seeds_advice_can_be_pasted(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     Workspace(tmp_path, lambda: tmp_path).run("runs/grpo-tiny-qwen3-cpu-bf16")  # the single run
     first, *_, last = more_seeds_commands(["grpo-tiny-qwen3-cpu-bf16", "grpo-tiny-qwen3-cpu-fp8"])
-    assert last == "nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16-seeds runs/grpo-tiny-qwen3-cpu-fp8-seeds"
+    assert (
+        last
+        == "nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16-seeds runs/grpo-tiny-qwen3-cpu-fp8-seeds"
+    )
     argv = first.split()[1:]
     assert invoke(train.main, [*argv, "--dry-run"]) == 0, capsys.readouterr().err
     assert "seed-1" in capsys.readouterr().out

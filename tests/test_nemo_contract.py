@@ -362,3 +362,37 @@ def test_calibrator_state_survives_nemo_rl_checkpoint_manager(tmp_path) -> None:
     latest = manager.get_latest_checkpoint_path()
     assert Path(latest).name == "step_1"
     assert runner.build_loss(recipe, latest).calibrator.bounds == loss.calibrator.bounds
+
+
+def test_shadow_payload_survives_the_fused_packed_loss(tp_group) -> None:
+    """`policy.sequence_packing.fuse_loss: true` (the DeepSeek-V3 recipes): NeMo RL's
+    `SequencePackingFusionLossWrapper` with `prepare_packed_loss_input` calls the loss once per
+    packed micro-batch; the loss, its metrics and the shadow payload equal the padded call's."""
+    from nemo_rl.algorithms.loss.utils import prepare_packed_loss_input
+    from nemo_rl.algorithms.loss.wrapper import SequencePackingFusionLossWrapper
+
+    cfg = _loss_cfg()
+    data = _batch()
+    g = torch.Generator().manual_seed(9)
+    data[BF16_PREV] = data["prev_logprobs"] + 0.02 * torch.randn(6, 9, generator=g)
+    data[BF16_CURR] = data["prev_logprobs"] + 0.3 * torch.randn(6, 9, generator=g)
+    logits = torch.randn(6, 9, VOCAB, generator=torch.Generator().manual_seed(5))
+    padded_loss, padded = _run_padded(NemoCalibratedLoss(cfg), data, logits, tp_group)
+    packed_logits, cu = _packed(data, logits)
+    wrapper = SequencePackingFusionLossWrapper(
+        loss_fn=NemoCalibratedLoss(cfg),
+        prepare_fn=prepare_packed_loss_input,
+        cu_seqlens_q=cu,
+        vocab_parallel_rank=0,
+        vocab_parallel_group=tp_group,
+    )
+    mask = data["token_mask"][:, 1:] * data["sample_mask"].unsqueeze(-1)
+    fused_loss, fused = wrapper(packed_logits, data, data["sample_mask"].sum(), mask.sum())
+    torch.testing.assert_close(fused_loss, padded_loss)
+    assert fused["loss"] == pytest.approx(padded["loss"], rel=1e-5)
+    a, b = fused[PAYLOAD_KEY], padded[PAYLOAD_KEY]
+    assert a.num_tokens == b.num_tokens == int(mask.sum())
+    for key in ("fp8_ratio", "bf16_ratio", "weights"):
+        torch.testing.assert_close(
+            torch.cat([r[key] for r in a.records]), torch.cat([r[key] for r in b.records])
+        )

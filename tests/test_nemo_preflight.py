@@ -29,6 +29,26 @@ SRC = Path(os.environ.get("NEMO_RL_SRC", "."))
 CPU_FOLDERS = ("tiny/", "study/")  # the embedded engine's recipes (cluster.gpus_per_node: 0)
 GPU_RECIPES = [p for p in find_recipes() if not short_name(p).startswith(CPU_FOLDERS)]
 IDS = [short_name(p) for p in GPU_RECIPES]
+# The large-scale families rehearse one recipe each by default (their BF16 / FP8 variants share
+# everything but precision; each rehearsal costs about 20 s); the others run under -m slow.
+SCALE_FAMILIES = (
+    "deepseek-v3/",
+    "moonlight-16b-a3b/",
+    "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-2n8g",
+)
+# (the Llama async recipe is rehearsed by tests/test_nemo_async.py)
+SCALE_DEFAULT = {
+    "deepseek-v3/grpo-deepseek-v3-64n8g-async-1off-fp8",
+    "moonlight-16b-a3b/grpo-moonlight-16b-a3b-4n8g-fp8",
+}
+PREFLIGHT_CASES = [
+    pytest.param(
+        p,
+        id=i,
+        marks=[pytest.mark.slow] if i.startswith(SCALE_FAMILIES) and i not in SCALE_DEFAULT else [],
+    )
+    for p, i in zip(GPU_RECIPES, IDS, strict=True)
+]
 
 
 @pytest.fixture(scope="module")
@@ -68,26 +88,30 @@ def test_allow_list_entries_are_real_nemo_rl_keys(exemplar) -> None:
         assert in_exemplar or re.search(rf"\b{key.rsplit('.', 1)[-1]}\b", code), key
 
 
-@pytest.mark.parametrize("path", GPU_RECIPES, ids=IDS)
+@pytest.mark.parametrize("path", PREFLIGHT_CASES)
 def test_preflight_runs_nemo_rl_setup_to_the_training_loop(path) -> None:
     recipe = load_recipe(path)
     result = _preflight(recipe)
     assert result.ok, result.report()
     r = result.rehearsal
-    assert r.train.called("grpo_train")  # grpo.setup() returned and the runner went on
-    (policy,) = r.policies  # NeMo RL's real Policy, built by its own constructor
     cfg = recipe.config
+    colocated = cfg["policy"]["generation"]["colocated"]
+    loop = "async_grpo_train" if cfg["grpo"]["async_grpo"]["enabled"] else "grpo_train"
+    assert r.train.loop() == loop  # grpo.setup() returned and the runner went on
+    (policy,) = r.policies  # NeMo RL's real Policy, built by its own constructor
     assert policy.cfg["model_name"] == cfg["policy"]["model_name"]
     assert policy.cfg["megatron_cfg"]["train_iters"] >= 1  # set by setup()
     calibrated = cfg["loss_fn"]["calibration"]["enabled"]
     fqn = policy.worker_group.builder.ray_actor_class_fqn
     assert ("Shadow" in fqn) == calibrated, fqn
-    gpus = cfg["cluster"]["gpus_per_node"]
-    assert [c.world_size() for c in r.clusters] == [gpus * cfg["cluster"]["num_nodes"]]
+    gpus, nodes = cfg["cluster"]["gpus_per_node"], cfg["cluster"]["num_nodes"]
+    gen_nodes = 0 if colocated["enabled"] else colocated["resources"]["num_nodes"]
+    worlds = [gpus * (nodes - gen_nodes)] + ([gpus * gen_nodes] if gen_nodes else [])
+    assert [c.world_size() for c in r.clusters] == worlds  # train (and generation) clusters
     (generation,) = r.generations  # NeMo RL's real VllmGeneration
     vllm = cfg["policy"]["generation"]["vllm_cfg"]
     tp = vllm["tensor_parallel_size"]
-    assert generation.worker_group.dp_size == gpus * cfg["cluster"]["num_nodes"] // tp
+    assert generation.worker_group.dp_size == worlds[-1] // tp
     assert r.llm_kwargs["model"] == cfg["policy"]["model_name"]
     assert r.llm_kwargs["tensor_parallel_size"] == tp
     assert r.llm_kwargs["max_model_len"] == vllm["max_model_len"]

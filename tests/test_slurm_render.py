@@ -86,9 +86,11 @@ def test_gres_override_replaces_derived_gpu_request():
 
 
 def test_pyxis_flags_only_with_a_container():
-    _, plain = _spec("tiny/grpo-tiny-qwen3-cpu-fp8", flags={"mounts": ("/a:/b",)})
+    _, plain = _spec("tiny/grpo-tiny-qwen3-cpu-fp8")
     assert "--container" not in render_sbatch(plain)
     assert "CONTAINER_ARGS=()" in render_sbatch(plain)
+    with pytest.raises(JobSpecError, match="mounts are set but no container"):
+        _spec("tiny/grpo-tiny-qwen3-cpu-fp8", flags={"mounts": ("/a:/b",)})
     _, boxed = _spec(
         "tiny/grpo-tiny-qwen3-cpu-fp8", flags={"container": "img", "mounts": ("/a:/b",)}
     )

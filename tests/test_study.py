@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from nemo_fp8_rl.study import analysis, report
+from nemo_fp8_rl.study import analysis, endpoints, report
 from nemo_fp8_rl.study.grid import RunSpec, finished
 
 
@@ -67,14 +67,15 @@ def test_summary_of_a_run(tmp_path):
 def test_targets_table_reads_the_roles(tmp_path):
     roles = {"bf16": "b", "fp8_uncal": "u", "fp8_cal": "c"}
     base = {"ratio_amplification": 2.0, "shadow_fp8_lower_frac_neg": 0.02,
-            "shadow_bf16_lower_frac_neg": 0.01}  # fmt: skip
+            "shadow_bf16_lower_frac_neg": 0.01, "val_start": 0.5, "val_gain": 0.1,
+            "entropy_rise": 0.05, "val_scored_bf16": 1.0}  # fmt: skip
     table = {
         "b": {s: {**base, "ratio_compounding": 1.0, "clip_lower_frac_neg": 0.01,
-                  "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+                  "val_mean": 0.8 + 0.01 * s} for s in (1, 2, 3)},
         "u": {s: {**base, "ratio_compounding": 1.05 + 0.01 * s, "clip_lower_frac_neg": 0.03,
-                  "val_tail": 0.7 + 0.01 * s} for s in (1, 2, 3)},
+                  "val_mean": 0.7 + 0.01 * s} for s in (1, 2, 3)},
         "c": {s: {**base, "ratio_compounding": 1.0, "clip_lower_frac_neg": 0.01,
-                  "val_tail": 0.8 + 0.01 * s} for s in (1, 2, 3)},
+                  "val_mean": 0.8 + 0.01 * s} for s in (1, 2, 3)},
     }  # fmt: skip
     rows = {r["what"].split(",")[0].split(":")[0]: r for r in report.targets(table, roles)}
     comp = rows["compounding"]
@@ -85,6 +86,9 @@ def test_targets_table_reads_the_roles(tmp_path):
     deficit, recovered = report.targets(table, roles)[6:8]
     assert deficit["interval"].mean == pytest.approx(-0.1) and deficit["strict"] is True
     assert recovered["interval"].mean == pytest.approx(0.1) and recovered["strict"] is True
+    assert "primary: mean after step 0, BF16-scored" in deficit["what"]
+    table["u"][1]["val_scored_bf16"] = 0.0  # one run scored by its rollout engine: said so
+    assert "rollout precision" in report.targets(table, roles)[6]["what"]
     text = report.markdown_targets(report.targets(table, roles))
     assert "| compounding: ratio error ÷ single-pass error" in text and "(n=3)" in text
 
@@ -115,3 +119,31 @@ def test_a_failing_run_is_retried_once_then_reported_and_the_others_go_on(tmp_pa
         "0",
         __import__("os").environ.get("RAY_worker_niceness"),
     )
+
+
+def test_pre_registered_endpoints_of_a_run(tmp_path):
+    """The endpoints of endpoints.yaml: the BF16 score when logged (the rollout score ignored),
+    mean after step 0, gain from step 0, and the entropy's largest rise above the trailing
+    20-step minimum with its threshold."""
+    entropy = [0.6, 0.5, 0.45, 0.4, 0.42, 0.55, 0.5]  # rise: 0.55 − 0.40 = 0.15 ≥ 0.1
+    rows = [{"step": 0, "validation/accuracy": 0.9, "validation/bf16_accuracy": 0.3}]
+    for k, e in enumerate(entropy, 1):
+        row = {"step": k, "train/entropy": e}
+        if k % 3 == 0:
+            row |= {"validation/accuracy": 0.9, "validation/bf16_accuracy": 0.3 + 0.1 * k}
+        rows.append(row)
+    _write_run(tmp_path / "r", rows)
+    s = analysis.summarize(tmp_path / "r")
+    assert s["val_scored_bf16"] == 1.0 and s["val_start"] == 0.3
+    assert s["val_mean"] == pytest.approx((0.6 + 0.9) / 2)
+    assert s["val_gain"] == pytest.approx((0.6 + 0.9) / 2 - 0.3)
+    assert s["entropy_rise"] == pytest.approx(0.15) and s["entropy_surge"] == 1.0
+    ep = endpoints.load()
+    assert endpoints.largest_rise(entropy, 2) == pytest.approx(0.15)
+    assert endpoints.largest_rise([0.5, 0.4, 0.3], ep.entropy_surge.window) < 0
+
+
+def test_endpoints_file_is_what_the_report_prints():
+    text = endpoints.describe(endpoints.load())
+    assert "mean validation accuracy (greedy) over every evaluation after step 0" in text
+    assert "previous 20 steps; a surge when it reaches 0.1 nats" in text

@@ -89,8 +89,7 @@ SHARE_COUNTS = {
 RATIO_KEYS = ("clip_low_neg",)  # also reported as a ratio to the reference (e.g. 2.1x BF16's)
 FEW_SEEDS = "over 2 seeds the t factor is 12.7, so the interval says little: run 3 or more"
 ONE_RUN = (
-    "rests on one run per recipe, so seed-to-seed noise is unknown (more seeds: the commands "
-    "below)"
+    "rests on one run per recipe, so seed-to-seed noise is unknown (more seeds: the commands below)"
 )
 
 

@@ -7,11 +7,14 @@ console table is drawn.
 from __future__ import annotations
 
 import html
+import io
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
+
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 
 class HasValues(Protocol):
@@ -153,7 +156,9 @@ def save_pngs(figures: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
     for name, fig in figures.items():
         if fig is not None:
             path = out_dir / f"{name}.png"
-            fig.savefig(path, pil_kwargs={"compress_level": 3})
+            buffer = io.BytesIO()  # rendered here, written by the one safe writer
+            fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 3})
+            write_atomic(path, buffer.getvalue())
             written[name] = path
     return written
 

@@ -32,6 +32,7 @@ from nemo_fp8_rl.analysis.render import (
     rich_table,
     save_pngs,
 )
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
@@ -65,7 +66,10 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "calibrated_bounds",
         "Clip bounds in force",
-        (("train/calib_low", "L, lower bound of the ratio"), ("train/calib_high", "H, upper bound")),
+        (
+            ("train/calib_low", "L, lower bound of the ratio"),
+            ("train/calib_high", "H, upper bound"),
+        ),
     ),
     PlotSpec(
         "mismatch",
@@ -312,8 +316,8 @@ def write_report(comparison: Comparison, out_dir: str | Path, plots: bool = True
     out.mkdir(parents=True, exist_ok=True)
     pngs = write_plots(comparison, out) if plots else {}
     md, page = out / "report.md", out / "report.html"
-    md.write_text(render_markdown(comparison, pngs), encoding="utf-8")
-    page.write_text(render_html(comparison, pngs), encoding="utf-8")
+    write_atomic(md, render_markdown(comparison, pngs))
+    write_atomic(page, render_html(comparison, pngs))
     return ReportFiles(md, page, pngs)
 
 

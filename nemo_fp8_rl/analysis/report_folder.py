@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 
 RECORD = "inputs.json"
@@ -97,9 +97,7 @@ class ReportFolder:
         )
         record = {"kind": self.kind, "inputs": self.inputs, "runs": self.runs, "files": written}
         target = self.path / RECORD
-        tmp = target.with_name(RECORD + ".tmp")
-        tmp.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-        os.replace(tmp, target)
+        write_atomic(target, json.dumps(record, indent=1) + "\n")
         return target
 
 
@@ -119,6 +117,18 @@ def _remove_recorded(folder: Path, record: dict, keep_plots: bool = False) -> li
     return kept
 
 
+def _refuse_links(folder: Path) -> None:
+    """A report folder holding a symbolic link is refused: writing a report there could
+    write through it into a file outside the folder."""
+    links = sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_symlink())
+    if folder.is_dir() and links:
+        raise UsageError(
+            f"--out {folder}",
+            f"holds symbolic links ({', '.join(links[:4])}); nothing was written",
+            "remove the links, or give --out a new folder",
+        )
+
+
 def claim(
     folder: Path,
     kind: str,
@@ -134,10 +144,12 @@ def claim(
     no plots, `--no-plots`, does not take away those of an earlier one of the same inputs).
     Holding anything else: refused unless `overwrite`.
     """
+    check_folder(folder, "report folder")
     if folder.exists() and not folder.is_dir():
         raise UsageError(
             f"--out {folder}", "is a file, not a folder", "give a folder for the report"
         )
+    _refuse_links(folder)
     record = _read_record(folder)
     same = record is not None and record.get("kind") == kind and record.get("inputs") == inputs
     present = sorted(_files(folder))

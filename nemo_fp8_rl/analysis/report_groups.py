@@ -33,6 +33,7 @@ from nemo_fp8_rl.analysis.render import (
     save_pngs,
 )
 from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
     ("overclip_q", "over-clipped A<0 tokens (FP8 only, shadow steps)"),
@@ -205,9 +206,7 @@ def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
     """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
     panels = {spec: band_data(comparison, spec) for spec in PLOTS}
     names = [s.name for s in comparison.summaries]  # one color per recipe in every figure
-    figures = {
-        spec.name: draw_band_plot(spec, p, names) for spec, p in panels.items() if any(p)
-    }
+    figures = {spec.name: draw_band_plot(spec, p, names) for spec, p in panels.items() if any(p)}
     return save_pngs(figures | {"overclip_entropy": draw_overclip_plot(comparison)}, out_dir)
 
 
@@ -252,9 +251,7 @@ def render_html(
     """`report.html`: the Markdown report's content with the PNGs embedded."""
     e = html.escape
     title = e(precision_title([s.precision for s in comparison.summaries]))
-    parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>{title} over seeds</title>"
-    ]
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{title} over seeds</title>"]
     parts.append(
         "<style>body{font-family:sans-serif;max-width:1300px;margin:2em auto}"
         "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:3px 8px}"
@@ -284,8 +281,8 @@ def write_report(
     out.mkdir(parents=True, exist_ok=True)
     pngs = write_plots(comparison, out) if plots else {}
     md, page = out / "report.md", out / "report.html"
-    md.write_text(render_markdown(comparison, pngs, runs_report), encoding="utf-8")
-    page.write_text(render_html(comparison, pngs, runs_report), encoding="utf-8")
+    write_atomic(md, render_markdown(comparison, pngs, runs_report))
+    write_atomic(page, render_html(comparison, pngs, runs_report))
     return md, page, pngs
 
 

@@ -111,6 +111,18 @@ class RunData:
         return int(value) if isinstance(value, int | float) else None
 
 
+MAX_STEP = 2**53  # steps beyond this are not whole numbers a float (or a plot axis) holds
+
+
+def _whole_step(step: object) -> bool:
+    """A step is a whole number in [0, MAX_STEP] (1e300, inf or -3 are no step)."""
+    if isinstance(step, bool) or not isinstance(step, int | float):
+        return False
+    if isinstance(step, float) and not math.isfinite(step):
+        return False
+    return 0 <= step <= MAX_STEP and step == int(step)
+
+
 def _as_float(value: Any) -> float | None:
     """A JSON value as a float metric; None for what is not a number (strings, lists, bools)."""
     if value is None:
@@ -135,14 +147,15 @@ def read_jsonl(path: Path) -> tuple[Rows, list[str]]:
             continue
         try:
             record = json.loads(line)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, or a number past Python's digit limit
             where = "last line" if i == last else "line"
             hint = " (a run still writing it?)" if i == last else ""
-            notes.append(f"{path}: {where} {i + 1} is not valid JSON{hint}, skipped: {exc.msg}")
+            msg = getattr(exc, "msg", None) or "a number too long to read"
+            notes.append(f"{path}: {where} {i + 1} is not valid JSON{hint}, skipped: {msg}")
             continue
         step = record.get("step") if isinstance(record, dict) else None
-        if isinstance(step, bool) or not isinstance(step, int | float) or step != int(step):
-            notes.append(f"{path}: line {i + 1} has no integer 'step', skipped")
+        if not _whole_step(step):
+            notes.append(f"{path}: line {i + 1} has no integer 'step' in [0, 2**53], skipped")
             continue
         target = rows.setdefault(int(step), {})
         for key, value in record.items():

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.analysis.compare import Comparison, accuracy_gap, speed_refusal, speedup
 from nemo_fp8_rl.analysis.groups import GroupComparison
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 SCHEMA_VERSION = 1
 BAD_OUTCOMES = ("lower", "not_comparable")
@@ -138,13 +137,5 @@ def write_verdict(document: dict[str, Any], out: Path) -> Path:
     """Write `out/verdict.json` atomically (a temporary file renamed over it); returns the path."""
     out.mkdir(parents=True, exist_ok=True)
     path = out / "verdict.json"
-    fd, tmp = tempfile.mkstemp(dir=out, prefix=".verdict.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(dumps(document))
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, dumps(document), mode=0o644)
     return path

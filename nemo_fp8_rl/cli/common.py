@@ -11,6 +11,7 @@ the status the shell shows for a program killed by SIGPIPE.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import select
 import sys
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nemo_fp8_rl.cli.usage import epilog, version
-from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
+from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError, shown
 
 REPORT_TO = "the nemo-fp8-rl issue tracker"
 
@@ -39,6 +40,7 @@ def report_to() -> str:
         if label.strip().lower() in ("issues", "bug tracker"):
             return url.strip()
     return REPORT_TO
+
 
 Main = Callable[[list[str] | None], int]
 
@@ -100,6 +102,20 @@ def positive_int(text: str) -> int:
         value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def wait_seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds > 0 (`--wait`); inf, nan or a negative
+    number would make a wait that never ends or never starts."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(
+            f"expected a finite number of seconds > 0, got {shown(text)!r}"
+        )
     return value
 
 

@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 _RUN_FILES = ("metrics.jsonl",)
 DESCRIPTION = """\
@@ -115,7 +116,7 @@ def compare_recipes(
         folder = claim(out, "recipes", inputs, overwrite=overwrite)
     print_diff(diff)
     if folder is not None:
-        (out / "recipes.md").write_text("\n".join(render_diff_markdown(diff)), encoding="utf-8")
+        write_atomic(out / "recipes.md", "\n".join(render_diff_markdown(diff)))
         folder.record()
         print(f"wrote {out / 'recipes.md'}")
     return 0
@@ -194,7 +195,7 @@ def write_evaluations(tables: list, out: Path) -> None:
         print("no evaluations (runs/<name>/eval/*.json): run nemo_fp8_rl.eval --run <run> first")
         return
     table.print_tables(tables)
-    (out / "evaluation.md").write_text(table.markdown(tables), encoding="utf-8")
+    write_atomic(out / "evaluation.md", table.markdown(tables))
     add_to_reports(out, table.markdown(tables), table.html(tables))
     print(f"wrote {out / 'evaluation.md'} (also in report.md and report.html)")
 
@@ -203,12 +204,11 @@ def add_to_reports(out: Path, markdown: str, html: str) -> None:
     """Append a section to `out/report.md` and insert it at the end of `out/report.html`."""
     md, page = out / "report.md", out / "report.html"
     if md.is_file():
-        md.write_text(md.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + markdown,
-                      encoding="utf-8")  # fmt: skip
+        write_atomic(md, md.read_text(encoding="utf-8").rstrip("\n") + "\n\n" + markdown)
     if page.is_file():
         text = page.read_text(encoding="utf-8")
         head, tag, tail = text.rpartition("</body>")
-        page.write_text(head + html + "\n" + tag + tail if tag else text + html, encoding="utf-8")
+        write_atomic(page, head + html + "\n" + tag + tail if tag else text + html)
 
 
 def _write_grouped(groups, runs, out: Path, plots: bool, tolerance: float) -> None:

@@ -1,9 +1,11 @@
-"""`nemo_fp8_rl.recipes list | show | validate | cp`: the recipes, as tables, YAML or copies."""
+"""`nemo_fp8_rl.recipes list | show | validate | cp | import`: the recipes, as tables, YAML or
+copies, and NeMo RL configs made into recipes."""
 
 from __future__ import annotations
 
 import fnmatch
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -127,18 +129,76 @@ def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     path = copy_recipe(recipe, dest, overwrite=overwrite, full=full)
     what = "the full configuration" if full else "a copy"
     print(f"wrote {path}: {what} of {recipe} to edit; train it with")
-    print(f"  nemo_fp8_rl.train --recipe {path}")
+    print(f"  nemo_fp8_rl.train --recipe {shlex.quote(str(path))}")
     return 0
+
+
+def cmd_import(
+    source: Path, dest: Path | None, fp8: str | None, calibrated: bool, overwrite: bool
+) -> int:
+    """Write NeMo RL's config `source` as a recipe (validated), and say how to train it."""
+    from nemo_fp8_rl.config.nemo_import import import_nemo_config, write_imported
+
+    if not source.is_file():
+        raise UsageError(
+            "recipes import", f"{source}: no such file", "give the path of a NeMo RL config"
+        )
+    imported = import_nemo_config(source, fp8, calibrated)
+    if dest is None:
+        suffix = (f"-fp8-{fp8}" if fp8 else "") + ("-calibrated" if calibrated else "")
+        dest = Path(f"{source.stem}{suffix}.yaml")
+    path = write_imported(imported, dest, overwrite=overwrite)
+    extras = f" with {', '.join(imported.overlays)}" if imported.overlays else ""
+    print(
+        f"wrote {path}: {source}{extras}; {len(imported.filled)} keys it leaves out "
+        "filled from the project's base config"
+    )
+    for key, value in imported.derived.items():
+        print(f"  {key}: NeMo RL's {value!r} derives from the run here (--run-dir DIR moves it)")
+    print(f"train it with\n  nemo_fp8_rl.train --recipe {path}")
+    return 0
+
+
+def _add_import(sub) -> None:
+    imp = sub.add_parser(
+        "import",
+        help="a NeMo RL GRPO config as a recipe (keys kept, project sections filled)",
+        examples=[
+            "nemo_fp8_rl.recipes import examples/configs/grpo_math_1B_megatron.yaml my.yaml "
+            "--fp8 --calibrated"
+        ],
+    )
+    imp.add_argument("source", type=Path, metavar="NEMO.yaml", help="a NeMo RL GRPO config")
+    imp.add_argument(
+        "dest",
+        type=Path,
+        nargs="?",
+        metavar="FILE.yaml",
+        help="the recipe to write (default: NEMO[-fp8-R][-calibrated].yaml here)",
+    )
+    imp.add_argument(
+        "--fp8",
+        nargs="?",
+        const="blockwise",
+        choices=("blockwise", "tensorwise", "mxfp8"),
+        help="add FP8 training and rollout (configs/precision/fp8-R.yaml; default blockwise)",
+    )
+    imp.add_argument(
+        "--calibrated",
+        action="store_true",
+        help="add calibrated clipping (configs/loss/calibrated-clipping.yaml)",
+    )
+    imp.add_argument("--overwrite", action="store_true", help="replace an existing file")
 
 
 def _parser() -> ArgumentParser:
     parser = ArgumentParser(
         prog="nemo_fp8_rl.recipes",
-        usage="%(prog)s {list,show,validate,cp} ...",
+        usage="%(prog)s {list,show,validate,cp,import} ...",
         description=DESCRIPTION,
         examples=["nemo_fp8_rl.recipes cp tiny/grpo-tiny-qwen3-cpu-fp8 my-fp8.yaml"],
     )
-    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{list,show,validate,cp}")
+    sub = parser.add_subparsers(dest="cmd", required=True, metavar="{list,show,validate,cp,import}")
     listing = sub.add_parser(
         "list",
         aliases=["ls"],
@@ -188,6 +248,7 @@ def _parser() -> ArgumentParser:
         help="write every key of the resolved recipe (each with the file that set it) instead "
         "of the recipe's own lines over its defaults",
     )
+    _add_import(sub)
     return parser
 
 
@@ -207,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "cp":
         return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
+    if args.cmd == "import":
+        return cmd_import(args.source, args.dest, args.fp8, args.calibrated, args.overwrite)
     return cmd_validate(args.recipes)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from nemo_fp8_rl.cli.common import SEEDS_SYNTAX, ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_command
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import rundir
 from nemo_fp8_rl.slurm import build_job_spec, render_sbatch, submit, write_job_files
@@ -163,7 +164,7 @@ def run_submit_eval(args: argparse.Namespace) -> int:
         return 0
     spec.log_root.mkdir(parents=True, exist_ok=True)
     script_file = spec.log_root / f"{job.name}.sbatch"
-    script_file.write_text(script)
+    write_atomic(script_file, script, mode=0o755)
     job_id = submit(script_file)
     print(f"Submitted job {job_id}: evaluation of {run_dir} ({args.checkpoint})")
     print(f"Output: {spec.log_root}/slurm-{job_id}.out; results: {run_dir}/eval/")
@@ -308,7 +309,10 @@ def main(argv: list[str] | None = None) -> int:
         return run_job_command(job_parser().parse_args(argv))
     if any(a == "--eval" or a.startswith("--eval=") for a in argv):
         return run_submit_eval(_eval_parser().parse_args(argv))
-    return run_submit(_submit_parser().parse_intermixed_args(argv))
+    args = _submit_parser().parse_intermixed_args(argv)
+    if args.run_dir is not None:
+        check_folder(args.run_dir, "run folder")  # a link loop names no folder
+    return run_submit(args)
 
 
 entry = run_main(main)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from nemo_fp8_rl.cli.common import ArgumentParser
+from nemo_fp8_rl.cli.common import ArgumentParser, wait_seconds
 from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.slurm import array_tasks, cancel, job_status, log_files
 
@@ -35,7 +35,7 @@ def job_parser() -> ArgumentParser:
     p.add_argument("--ray", action="store_true", help="logs: also print the Ray head/worker logs")
     p.add_argument(
         "--wait",
-        type=float,
+        type=wait_seconds,
         default=120.0,
         metavar="S",
         help="cancel: seconds to wait for the job to end (default 120)",

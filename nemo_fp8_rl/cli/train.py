@@ -10,13 +10,18 @@ with every problem located if it fails); see `engines/nemo/preflight/`.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
+from nemo_fp8_rl.config.safe_files import check_folder
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
+from nemo_fp8_rl.runs.endpoints import probe_loggers
+from nemo_fp8_rl.runs.seeds import check_overrides as check_seed_overrides
+from nemo_fp8_rl.runs.seeds import parse_seeds, raise_on_sigterm
 from nemo_fp8_rl.runs.summary import print_summary
 
 DESCRIPTION = """\
@@ -73,14 +78,21 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--resume continues a run and --overwrite starts it over; give one")
     if args.seeds is None and args.parallel != 1:
         parser.error("--parallel sets how many seeds train at once; add --seeds (e.g. 1-4)")
+    if args.run_dir is not None:
+        check_folder(args.run_dir, "run folder")  # a link loop names no folder
+    if args.seeds is not None and args.preflight:  # one rehearsal: the seed changes no launch
+        check_seed_overrides(args.overrides)
+        parse_seeds(args.seeds)
+        return preflight(load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir))
     if args.seeds is not None:
         return main_seeds(args)
-    recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    recipe = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
         return dry_run(recipe, args.engine)
     if args.preflight:
         return preflight(recipe)
     engine = choose_engine(recipe, args.engine)
+    probe_loggers(recipe.config)  # a dead MLflow or W&B endpoint: refused before Ray starts
     kwargs = dict(resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
     if engine == "local":
         from nemo_fp8_rl.engines.local import run
@@ -91,10 +103,27 @@ def main(argv: list[str] | None = None) -> int:
             from nemo_fp8_rl.engines import tiny_handover
 
             kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(recipe, run_dir)
-    run_dir = run(recipe, **kwargs)
+    previous = raise_on_sigterm()  # `kill` ends the run as Ctrl-C does (exit 130), cleanly
+    try:
+        run_dir = run(recipe, **kwargs)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     print(f"run finished: {run_dir}")
     print_summary(run_dir)
+    if engine == "local":
+        print_run_note(run_dir, recipe.config["loss_fn"])
     return 0
+
+
+def print_run_note(run_dir, loss_fn: dict) -> None:
+    """What this embedded run shows (`study.run_note`), after the closing summary."""
+    from nemo_fp8_rl.runs.summary import read_records
+    from nemo_fp8_rl.study.run_note import run_note
+
+    lines = run_note(read_records(run_dir), loss_fn["ratio_clip_min"], loss_fn["ratio_clip_max"])
+    if lines:
+        print("\n".join(lines))
 
 
 def dry_run(recipe, requested: str) -> int:

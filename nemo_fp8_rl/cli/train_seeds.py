@@ -58,6 +58,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     """
     from nemo_fp8_rl.engines.choose import choose_engine
     from nemo_fp8_rl.runs.lock import check_free
+    from nemo_fp8_rl.runs.rundir import check_place
     from nemo_fp8_rl.runs.seed_plan import check_group, seed_actions
 
     seeds = parse_seeds(args.seeds)
@@ -66,8 +67,11 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     check_overrides(args.overrides)
     base = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     group = base.run_dir
+    check_place(group)  # `/` or the home folder: refused as plain train refuses it
     check_group(group)
     check_free(group)
+    for seed in seeds:  # a seed's folder another process trains in: refused before any child
+        check_free(seed_run_dir(group, seed))
     engine = choose_engine(base, args.engine)
     args.actions = seed_actions(
         base, seeds, args.overrides, resume=args.resume, overwrite=args.overwrite
@@ -106,7 +110,7 @@ def main_seeds(args: argparse.Namespace) -> int:
     print("---- seeds ----")
     for line in summary_lines(outcomes):
         print(line)
-    print(f"compare with: nemo_fp8_rl.compare {group} <other recipe's run dir>")
+    print(f"compare with: nemo_fp8_rl.compare {shlex.quote(str(group))} <other recipe's run dir>")
     failed = [o.seed for o in outcomes if not o.ok]
     if failed:
         print(

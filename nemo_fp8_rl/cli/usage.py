@@ -18,7 +18,7 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     ),
     (2, "usage or configuration error, found before anything ran"),
     (3, "the NeMo RL engine is not usable here (a GPU recipe, or --preflight, without NeMo RL)"),
-    (130, "interrupted (Ctrl-C)"),
+    (130, "interrupted (Ctrl-C, or SIGTERM from kill or a scheduler, during a run)"),
     (141, "the output pipe was closed early (e.g. piped into head); nothing is printed"),
 )
 

@@ -11,9 +11,10 @@ Semantics (as `nemo_rl.utils.config.load_config_with_inheritance`):
 Every leaf key remembers the file (or "override") that last set it.
 
 Overrides follow Hydra's syntax as NeMo RL applies it (`parse_hydra_overrides`), left to right:
-`a.b=v` sets a key (the value read as YAML), `+a.b=v` and `++a.b=v` too (the schema, not the
-prefix, decides what may exist), `~a.b` deletes a key and `~a.b=v` deletes it only if its value
-is `v`. Deleting a key that is not there is an error, as in Hydra (which, unlike this loader,
+`a.b=v` sets a key (the value read as YAML), `+a.b=v` adds one the recipe does not have
+(refused on a key it has, as Hydra refuses it) and `++a.b=v` adds or sets one; the schema, not
+the prefix, decides what may exist. `~a.b` deletes a key and `~a.b=v` deletes it only if its
+value is `v` (a key of the base config cannot be deleted: every one is required). Deleting a key that is not there is an error, as in Hydra (which, unlike this loader,
 also refuses to delete a key whose value is null).
 """
 
@@ -27,6 +28,7 @@ from typing import Any
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.locations import resolve_parent
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
+from nemo_fp8_rl.config.user_error import shown
 
 __all__ = [
     "apply_overrides",
@@ -40,16 +42,21 @@ __all__ = [
 
 # Deeper `defaults:` chains are refused (real ones are 3-5 files; each level costs a merge).
 MAX_CHAIN_DEPTH = 32
+# A recipe resolving more parent files than this in all is refused (real ones resolve fewer than
+# 10): three files each listing the next 40 times would otherwise merge 64,000 times.
+MAX_PARENT_LOADS = 256
 
 Provenance = dict[str, str]
 
 
 def read_yaml(path: Path) -> dict:
     """Read one YAML mapping file (parsed once per file version, returned as a fresh copy)."""
-    if not path.is_file():
+    if not path.exists():
         raise RecipeError(
             str(path), [ConfigIssue("<file>", "file not found", "check the path", str(path))]
         )
+    if not path.is_file():
+        read_text(path)  # refuses a folder, a FIFO or a device, by name
     stat = path.stat()
     return copy.deepcopy(_read_cached(str(path), stat.st_mtime_ns, stat.st_size))
 
@@ -108,15 +115,33 @@ def _merge_into(
                 prov[leaf] = update_prov[leaf]
 
 
-def load_chain(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provenance]:
-    """Resolve `path` with its `defaults:` chain (depth-first, parents left to right, file last)."""
-    parents_cfg, prov, data = load_parents(path, seen)
+def load_chain(
+    path: Path, seen: tuple[Path, ...] = (), loads: list[int] | None = None
+) -> tuple[dict, Provenance]:
+    """Resolve `path` with its `defaults:` chain (depth-first, parents left to right, file last).
+
+    `loads` counts the files resolved so far for one recipe (shared down the recursion)."""
+    parents_cfg, prov, data = load_parents(path, seen, loads)
     return merge(parents_cfg, prov, data, leaf_sources(data, str(path.resolve())))
 
 
-def load_parents(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provenance, dict]:
+def load_parents(
+    path: Path, seen: tuple[Path, ...] = (), loads: list[int] | None = None
+) -> tuple[dict, Provenance, dict]:
     """Merge of the parents of `path` only, with the file's own keys (minus `defaults`) returned too."""
     path = path.resolve()
+    loads = [0] if loads is None else loads
+    loads[0] += 1
+    if loads[0] > MAX_PARENT_LOADS:
+        top = seen[0] if seen else path
+        issue = ConfigIssue(
+            "defaults",
+            f"defaults resolve more than {MAX_PARENT_LOADS} parent files in all (from "
+            f"{top.name}; a file listed repeatedly is resolved each time)",
+            "list each parent once; a recipe has a few parents",
+            str(path),
+        )
+        raise RecipeError(str(top), [issue])
     if path in seen:
         chain = " -> ".join(p.name for p in (*seen, path))
         raise RecipeError(
@@ -140,7 +165,7 @@ def load_parents(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, Provena
     merged: dict = {}
     prov: Provenance = {}
     for parent in parents:
-        pdata, pprov = load_chain(resolve_parent(parent, path), (*seen, path))
+        pdata, pprov = load_chain(resolve_parent(parent, path), (*seen, path), loads)
         merged, prov = merge(merged, prov, pdata, pprov)
     return merged, prov, data
 
@@ -174,11 +199,16 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
                 issues.append(issue)
             continue
         key, sep, raw = item.partition("=")
-        key = key.strip().lstrip("+")
+        key = key.strip()
+        adds = key.startswith("+") and not key.startswith("++")
+        key = key.lstrip("+")
         if not sep or not _well_formed(key):
             issues.append(_malformed(item))
             continue
-        value = parse_yaml(raw, f"override {item}") if raw.strip() else None
+        if adds and _present(config, key):
+            issues.append(_already_set(item, key))
+            continue
+        value = parse_yaml(raw, f"override {shown(item)}") if raw.strip() else None
         if isinstance(value, str) and "\n" in raw.strip() and "\n" not in value:
             issues.append(_folded(key, value))
             continue
@@ -192,6 +222,26 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
         _forget(prov, key)
         prov.update(leaf_sources(value, "override", f"{key}."))
     return issues
+
+
+def _present(config: dict, key: str) -> bool:
+    """True when the dotted `key` is set in `config` (to any value, null included)."""
+    node: Any = config
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _already_set(item: str, key: str) -> ConfigIssue:
+    """`+key=value` adds a key (Hydra's append); on a key the recipe has, it is refused."""
+    return ConfigIssue(
+        shown(item),
+        f"+ adds a key, but {key} is already set",
+        f"write {key}=<value> (or ++{key}=<value>, add or override) to change it",
+        "override",
+    )
 
 
 def _folded(key: str, value: str) -> ConfigIssue:
@@ -241,7 +291,7 @@ def _delete(config: dict, item: str, prov: Provenance) -> ConfigIssue | None:
             "override",
         )
     if sep:
-        expected = parse_yaml(raw, f"override {item}") if raw.strip() else None
+        expected = parse_yaml(raw, f"override {shown(item)}") if raw.strip() else None
         if node[leaf] != expected:
             return ConfigIssue(
                 item,

@@ -100,8 +100,8 @@ def _by_name(name: str) -> Path | None:
 def resolve_ref(ref: str | Path, where: str = "--recipe") -> Path:
     """A recipe reference -> file: a path, `model/name` (with or without .yaml), or a unique file stem."""
     path = Path(ref)
-    if path.is_file():
-        return path
+    if path.is_file() or (path.exists() and not path.is_dir()):
+        return path  # a FIFO or device is refused by the reader, by name
     if path.is_dir():
         raise RecipeError(
             str(ref), [ConfigIssue(where, "is a folder", "give a .yaml recipe file", str(ref))]

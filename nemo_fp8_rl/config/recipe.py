@@ -20,7 +20,7 @@ from nemo_fp8_rl.config.locations import (
     resolve_ref,
     short_name,
 )
-from nemo_fp8_rl.config.required_keys import check_missing, deleted_keys
+from nemo_fp8_rl.config.required_keys import check_env_names, check_missing, deleted_keys
 from nemo_fp8_rl.config.rules import check_rules
 from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values, source_of
 
@@ -102,6 +102,7 @@ def load_recipe(
     issues += key_issues
     deleted = deleted_keys(overrides)
     issues += check_missing(resolved, _resolved_base(), prov, deleted, str(path))
+    issues += check_env_names(resolved, prov)
     issues += check_values(resolved, prov)
     if not interp_issues and not any(i.problem.startswith("expected ") for i in key_issues):
         issues += check_rules(resolved, prov)  # rules read typed values only

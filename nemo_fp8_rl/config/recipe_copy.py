@@ -26,11 +26,13 @@ from pathlib import Path
 
 from nemo_fp8_rl.config.loader import load_chain, parent_list
 from nemo_fp8_rl.config.locations import portable_name, resolve_parent, resolve_ref
+from nemo_fp8_rl.config.safe_files import refuse_link
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
 from nemo_fp8_rl.config.user_error import UsageError
 
 _PLAIN = re.compile(r"[\w./+@-]+")
 _TOP_LEVEL = re.compile(r"[^\s#-]")
+_DEFAULTS = re.compile(r"""(defaults|"defaults"|'defaults')\s*:""")  # the key, quoted or not
 
 
 def _item(ref: str) -> str:
@@ -42,7 +44,7 @@ def rewrite_defaults(text: str, parents: list[str]) -> str:
     """`text` with its top-level `defaults:` entry (one line or a block list) replaced by
     `parents` as a block list; other lines are kept as they are."""
     lines = text.splitlines(keepends=True)
-    start = next((i for i, line in enumerate(lines) if re.match(r"defaults\s*:", line)), None)
+    start = next((i for i, line in enumerate(lines) if _DEFAULTS.match(line)), None)
     block = "defaults:\n" + "".join(f"  - {_item(p)}\n" for p in parents)
     if start is None:
         return block + text
@@ -115,6 +117,7 @@ def copy_recipe(ref: str, dest: Path, overwrite: bool = False, full: bool = Fals
         raise UsageError(
             str(dest.parent), "no such folder", f"create it first (mkdir -p {dest.parent})"
         )
+    refuse_link(dest)
     text = full_text(src, ref) if full else copy_text(src)
     fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".yaml")
     try:

@@ -2,8 +2,10 @@
 
 NeMo RL and the engines read most keys with brackets, so a key that a recipe lacks (a file
 without `defaults:`, or a `~key` override) would fail deep inside a worker; here it is a located
-issue at load time. Free-form sections (`schema.OPEN`) hold whatever keys they like, and a
-section whose `enabled` is false may hold only that (NeMo RL's `...Disabled` configs).
+issue at load time. Free-form sections (`schema.OPEN`) are required too but hold whatever keys
+they like, and a section whose `enabled` is false may hold only that (NeMo RL's `...Disabled`
+configs). `check_env_names` holds the one link into a free-form section: every `data.*.env_name`
+names a section of `env` (the environment NeMo RL starts for that data).
 """
 
 from __future__ import annotations
@@ -56,9 +58,12 @@ def _check_present(
         return
     for key, expected in base.items():
         path = f"{prefix}{key}"
-        if path in OPEN or path in DERIVED:
+        if path in DERIVED:
             continue
-        if key not in node or _only_derived(node[key], path):
+        if path in OPEN:  # the section is required (empty or not); what it holds is free-form
+            if key not in node:
+                issues.append(_missing(path, expected, prov, deleted, recipe))
+        elif key not in node or _only_derived(node[key], path):
             issues.append(_missing(path, expected, prov, deleted, recipe))
         elif isinstance(expected, dict) and isinstance(node[key], dict):
             _check_present(node[key], expected, f"{path}.", prov, deleted, recipe, issues)
@@ -90,3 +95,25 @@ def _missing(
             "in defaults:"
         )
     return ConfigIssue(path, "missing (every key of the base config is required)", fix, source)
+
+
+def check_env_names(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """Every `data.<section>.env_name` names a section of `env` (deleting `~env.math` while
+    `data.default.env_name` is `math` would fail in NeMo RL's environment setup)."""
+    data, env = config.get("data"), config.get("env")
+    if not isinstance(data, dict) or not isinstance(env, dict):
+        return []
+    issues = []
+    for section, body in data.items():
+        name = body.get("env_name") if isinstance(body, dict) else None
+        if isinstance(name, str) and name not in env:
+            have = ", ".join(map(str, env)) or "none"
+            issues.append(
+                ConfigIssue(
+                    f"data.{section}.env_name",
+                    f"names env.{name}, which the recipe does not have (env sections: {have})",
+                    f"keep env.{name}, or set data.{section}.env_name to one of the env sections",
+                    source_of(prov, f"data.{section}.env_name"),
+                )
+            )
+    return issues

@@ -5,14 +5,15 @@ expands aliases into shared objects that every later walk visits again (a few li
 become billions of nodes: the "billion laughs" bomb), and recurses once per nesting level. Here a
 file is refused, with its name and line, when it is not UTF-8 text, is larger than
 `MAX_FILE_BYTES`, repeats a key in one mapping, has a key that is not a string (`yes:` is the
-boolean True in YAML 1.1, `1:` a number; NeMo RL's configs are keyed by names), nests deeper
-than `MAX_DEPTH`, or expands (aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
+boolean True in YAML 1.1, `1:` a number; NeMo RL's configs are keyed by names), writes a whole
+number longer than `numbers.MAX_INT_DIGITS` characters, nests deeper than `MAX_DEPTH`, or expands (aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
 a number, not a string as in YAML 1.1). Parsing uses libyaml when PyYAML has it (linear time).
 """
 
 from __future__ import annotations
 
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS, too_long
 
 MAX_FILE_BYTES = 16 * 2**20
 MAX_DEPTH = 64
@@ -74,6 +76,21 @@ class _Loader(_BASE):  # type: ignore[misc, valid-type]
                 )
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: ScalarNode) -> int:
+        """An integer of at most MAX_INT_DIGITS characters (longer ones cannot be printed)."""
+        problem = too_long(str(node.value))
+        if problem is not None:
+            raise _Refused(
+                problem,
+                f"write a number of at most {MAX_INT_DIGITS} digits (a setting, a seed or a "
+                "size is a few digits)",
+                node.start_mark,
+            )
+        return super().construct_yaml_int(node)
+
+
+_Loader.add_constructor("tag:yaml.org,2002:int", _Loader.construct_yaml_int)
 
 
 def _reading(key: Any) -> str:
@@ -189,7 +206,13 @@ def read_text(path: Path) -> str:
             where, [ConfigIssue("<file>", "is a folder", "give a .yaml recipe file", where)]
         )
     try:
-        size = path.stat().st_size
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
+            raise RecipeError(
+                where,
+                [ConfigIssue("<file>", "is not a regular file", "give a .yaml recipe file", where)],
+            )
+        size = info.st_size
         if size > MAX_FILE_BYTES:
             raise RecipeError(
                 where,

@@ -17,6 +17,12 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.nemo_rl_keys import (
+    NEMO_RL_KEYS,
+    NULLABLE_IN_NEMO_RL,
+    WIDER_TYPES,
+    nemo_rl_type_ok,
+)
 from nemo_fp8_rl.config.project import (
     AblationConfig,
     CalibrationConfig,
@@ -44,6 +50,8 @@ ABSENT_BY_DEFAULT: dict[str, type] = {
     "policy.megatron_cfg.moe_grouped_gemm": bool,
     # megatron/train.py: `.get("fuse_loss", False)`; one packed loss call per micro-batch.
     "policy.sequence_packing.fuse_loss": bool,
+    # utils/logger.py: `WandbConfig.entity` (NotRequired), the W&B team or user of the run.
+    "logger.wandb.entity": str,
 }
 # Keys derived from the recipe name (never written by hand).
 DERIVED = (
@@ -122,8 +130,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "policy.megatron_cfg.pipeline_model_parallel_size": (_ge(1), ">= 1"),
     "policy.megatron_cfg.expert_model_parallel_size": (_ge(1), ">= 1"),
     "loss_fn.ratio_clip_min": (
-        lambda v: 0 < v < 1,
-        "in (0, 1): the lower bound is 1 - ratio_clip_min",
+        lambda v: 0 < v <= 1,
+        "in (0, 1]: the lower bound is 1 - ratio_clip_min (1: no lower bound, as NeMo RL allows)",
     ),
     "loss_fn.ratio_clip_max": (_gt(0), "> 0: the upper bound is 1 + ratio_clip_max"),
     "loss_fn.reference_policy_kl_penalty": (_ge(0), ">= 0"),
@@ -133,7 +141,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 CHOICES: dict[str, tuple[Any, ...]] = {
     "policy.precision": ("bfloat16", "float16", "float32"),
-    "policy.generation.backend": ("vllm", "megatron"),
+    # NeMo RL's generation backends (GenerationConfig); the FP8 rollout overlays are vLLM's.
+    "policy.generation.backend": ("vllm", "megatron", "sglang", "trtllm", "dynamo"),
     "policy.generation.vllm_cfg.precision": ("bfloat16", "float16", "float32", "fp8"),
     "policy.generation.vllm_cfg.kv_cache_dtype": ("auto", "fp8", "fp8_e4m3"),
     "policy.megatron_cfg.fp8_cfg.fp8": ("e4m3", "hybrid"),
@@ -142,6 +151,9 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "loss_fn.reference_policy_kl_type": ("k1", "k2", "k3"),
     "loss_fn.truncated_importance_sampling_type": (None, "tis", "icepop", "seq-mask-tis"),
 }
+
+# Keys whose base value is null but which hold a name (a string) when set.
+NULLABLE.update({"policy.model_name": (str,)})
 
 
 def check_keys(config: dict, base: dict, prov: dict[str, str]) -> list[ConfigIssue]:
@@ -161,10 +173,18 @@ def _check_node(
         if key not in base and path in ABSENT_BY_DEFAULT:
             _check_absent_by_default(path, value, prov, issues)
             continue
+        if key not in base and path in NEMO_RL_KEYS:
+            _check_nemo_rl_key(path, value, prov, issues)
+            continue
         if key not in base:
             issues.append(_unknown_key(path, key, base, prefix, prov))
             continue
         expected = base[key]
+        if value is None and path in NULLABLE_IN_NEMO_RL:
+            continue
+        if path in WIDER_TYPES and not isinstance(value, dict):
+            _check_wider(path, value, prov, issues)
+            continue
         if expected is None:
             _check_nullable(path, value, prov, issues)
             continue
@@ -192,6 +212,38 @@ def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> 
     )
 
 
+def _check_nemo_rl_key(
+    path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]
+) -> None:
+    """A key NeMo RL defines and the base leaves out (`nemo_rl_keys`): NeMo RL's type."""
+    if nemo_rl_type_ok(path, value):
+        return
+    kind = NEMO_RL_KEYS[path].__name__
+    issues.append(
+        ConfigIssue(
+            path,
+            f"expected {kind} (NeMo RL's type for it), got {_type_name(value)} ({value!r})",
+            f"set a {kind} value, or remove the key to keep NeMo RL's default",
+            source_of(prov, path),
+        )
+    )
+
+
+def _check_wider(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
+    """A base key NeMo RL types more widely (`nemo_rl_keys.WIDER_TYPES`)."""
+    kinds = WIDER_TYPES[path]
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        names = " or ".join(_type_name(k()) for k in kinds)
+        issues.append(
+            ConfigIssue(
+                path,
+                f"expected {names}, got {_type_name(value)} ({value!r})",
+                f"set a {names} value",
+                source_of(prov, path),
+            )
+        )
+
+
 def _check_absent_by_default(
     path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]
 ) -> None:
@@ -209,12 +261,12 @@ def _check_absent_by_default(
 
 
 def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
-    """Keys whose base value is null: a number (or null) where NULLABLE says so."""
+    """Keys whose base value is null: a number, or a name (or null) where NULLABLE says so."""
     kinds = NULLABLE.get(path)
     if kinds is None or value is None:
         return
     if isinstance(value, bool) or not isinstance(value, kinds):
-        name = "integer" if kinds == (int,) else "number"
+        name = {(int,): "integer", (str,): "string"}.get(kinds, "number")
         issues.append(
             ConfigIssue(
                 path,
@@ -228,11 +280,14 @@ def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[Co
 
 
 def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> ConfigIssue:
-    close = difflib.get_close_matches(key, [str(k) for k in base], n=1, cutoff=0.6)
+    known = [str(k) for k in base]
+    known += [k[len(prefix) :] for k in NEMO_RL_KEYS if k.startswith(prefix)]
+    known = [k for k in dict.fromkeys(known) if "." not in k]
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
     fix = (
         f"did you mean {prefix}{close[0]}?"
         if close
-        else f"remove it; known keys here: {', '.join(map(str, base))}"
+        else f"remove it; known keys here: {', '.join(known)}"
     )
     return ConfigIssue(
         path,

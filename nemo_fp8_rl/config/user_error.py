@@ -29,3 +29,11 @@ class UsageError(UserError):
     """A bad argument or configuration value (exit code 2)."""
 
     code = USAGE
+
+
+def shown(text: str, limit: int = 80) -> str:
+    """User text as an error names it: cut to `limit` characters, with its full length (a
+    5,000-digit argument would otherwise fill the screen)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"

@@ -16,15 +16,17 @@ the validation set (AIME 2024 in the DeepScaleR and DAPO recipes). `Selection.bi
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS
+from nemo_fp8_rl.config.user_error import UsageError, shown
 from nemo_fp8_rl.runs import scores as run_scores
 
-_STEP = re.compile(r"step_(\d+)")
+_STEP = re.compile(rf"step_(\d{{1,{MAX_INT_DIGITS}}})")  # longer numbers cannot be printed
 BIAS = (
     "best = the highest validation score among {n} kept checkpoint(s) (metric {metric}); the "
     "maximum of noisy scores is biased upward, so its benchmark scores are optimistic, most on "
@@ -104,6 +106,17 @@ def _refuse_unreadable(
         raise CheckpointError(root, what, fix)
 
 
+def _scores(infos: dict[int, dict[str, Any]], metric: str) -> dict[int, float]:
+    """`{step: score}` of the checkpoints whose `metric` is a finite number: a NaN (a diverged
+    validation) or a non-number is no score, so `best` can never choose it."""
+    out = {}
+    for step, info in infos.items():
+        value = info.get(metric)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            out[step] = float(value)
+    return out
+
+
 def _pick(
     selector: str, infos: dict[int, dict[str, Any]], metric: str, root: Path, overlap: str
 ) -> tuple[int, float | None, str | None]:
@@ -117,7 +130,7 @@ def _pick(
         step = max(infos)
         return step, infos[step].get(metric), None
     if selector == "best":
-        scored = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+        scored = _scores(infos, metric)
         if not scored:
             raise CheckpointError(
                 root,
@@ -129,8 +142,8 @@ def _pick(
     m = _STEP.fullmatch(selector)
     if not m:
         raise CheckpointError(
-            f"--checkpoint {selector}",
-            "expected last, best or step_N",
+            f"--checkpoint {shown(selector)}",
+            f"expected last, best or step_N (N at most {MAX_INT_DIGITS} digits)",
             "e.g. --checkpoint step_100",
         )
     step = int(m.group(1))
@@ -156,7 +169,7 @@ def select_local(run_dir: Path, selector: str) -> Selection:
         return Selection("step_0", 0, run_dir / "model", metric)
     _refuse_unreadable(selector, infos, bad, root, "info.json")
     step, value, bias = _pick(selector, infos, metric, root, "the validation split")
-    scores = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+    scores = _scores(infos, metric)
     return Selection(
         selector, step, root / f"step_{step}", metric, value, len(scores), bias, scores
     )
@@ -181,9 +194,12 @@ def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> 
                 if selector == "last"
                 else manager.get_best_checkpoint_path()
             )
-            step = int(_STEP.fullmatch(Path(chosen).name).group(1))
-            value = infos[step].get(metric)
-    scores = {s: i[metric] for s, i in infos.items() if i.get(metric) is not None}
+            found = _STEP.fullmatch(Path(chosen).name)
+            # NeMo RL ranks a NaN score too; ours stands when its pick has no finite score.
+            if found and (selector == "last" or int(found.group(1)) in _scores(infos, metric)):
+                step = int(found.group(1))
+                value = infos[step].get(metric)
+    scores = _scores(infos, metric)
     return Selection(
         selector, step, root / f"step_{step}", metric, value, len(scores), bias, scores
     )

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.project import TaskConfig
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.evals.checkpoints import Selection
 from nemo_fp8_rl.evals.results import BenchmarkScore
 from nemo_fp8_rl.evals.suites import Benchmark, Suite
@@ -25,12 +26,15 @@ SEED = 9_001  # problem draws and sampling of the addition suite
 
 def load_policy(run_dir: Path, config: dict[str, Any], selection: Selection):
     """(model in BF16, tokenizer) of the selected checkpoint."""
-    from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint
+    from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint, verify_checkpoint
     from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
 
+    trained = selection.step > 0 or selection.path.name.startswith("step_")
+    if trained:
+        verify_checkpoint(selection.path)  # a corrupted state.pt is refused, never scored
     quiet_transformers()
     model, tokenizer = policy_from_config(config, str(run_dir / "model"))
-    if selection.step > 0 or selection.path.name.startswith("step_"):
+    if trained:
         state, _ = load_checkpoint(selection.path)
         model.load_state_dict(state["trainer"]["model"])
     return model.to(torch.bfloat16).eval(), tokenizer
@@ -46,6 +50,19 @@ def seen_prompts(config: dict[str, Any]) -> set[str]:
     for step in range(steps):
         seen.update(train_problems(task, step, n).prompts)
     return seen
+
+
+def check_count(bench: Benchmark, count: int, exclude: set[str]) -> None:
+    """Refuse more problems than `bench` has distinct ones outside `exclude` (the draw below
+    would never finish); `exclude` holds prompts of the same operand digits."""
+    available = 10 ** (2 * bench.digits) - len(exclude)
+    if count > available:
+        raise UsageError(
+            f"--num-problems {count}",
+            f"{bench.name} has {available:,} distinct {bench.digits}-digit problems the run has "
+            "not trained or validated on",
+            f"give at most {available:,}",
+        )
 
 
 def problems(bench: Benchmark, count: int, exclude: set[str]) -> tuple[list[str], list[str]]:
@@ -98,13 +115,19 @@ def evaluate(
     run_dir: Path, config: dict[str, Any], selection: Selection, suite: Suite
 ) -> tuple[dict[str, BenchmarkScore], dict[str, Any]]:
     """Scores of every benchmark of `suite`, and the sampling settings used."""
+    seen = seen_prompts(config)
+    excluded = {
+        b.name: seen if b.digits == config["local"]["task"]["digits"] else set()
+        for b in suite.benchmarks
+    }
+    for bench in suite.benchmarks:
+        check_count(bench, suite.num_problems, excluded[bench.name])
     torch.manual_seed(SEED)
     model, tokenizer = load_policy(run_dir, config, selection)
-    seen = seen_prompts(config)
     out = {}
     for bench in suite.benchmarks:
         t0 = time.perf_counter()
-        exclude = seen if bench.digits == config["local"]["task"]["digits"] else set()
+        exclude = excluded[bench.name]
         prompts, answers = problems(bench, suite.num_problems, exclude)
         value = score(model, tokenizer, prompts, answers, bench, suite)
         out[bench.name] = BenchmarkScore(

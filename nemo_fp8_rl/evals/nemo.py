@@ -28,6 +28,7 @@ from typing import Any
 
 import yaml
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.evals.checkpoints import Selection, megatron_weights
 from nemo_fp8_rl.evals.results import BenchmarkScore
 from nemo_fp8_rl.evals.suites import Benchmark, Suite, nemo_dataset
@@ -165,7 +166,7 @@ def write_eval_config(config: dict[str, Any], folder: Path) -> Path:
     """Write one benchmark's config as `<folder>/config.yaml`."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "config.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    write_atomic(path, yaml.safe_dump(config, sort_keys=False))
     return path
 
 

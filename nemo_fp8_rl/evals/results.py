@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 
 FORMAT = 1
@@ -101,9 +101,7 @@ def write_result(result: EvalResult, run_dir: Path) -> Path:
     selector = result.checkpoint["selector"]
     paths = [out / f"{result.suite}.json", out / f"{result.suite}.{selector}.json"]
     for path in paths:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(text + "\n", encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, text + "\n")
     return paths[0]
 
 

@@ -20,12 +20,19 @@ import torch
 from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.names import hf_to_engine
 from nemo_fp8_rl.refit.plan import RefitPlan
-from nemo_fp8_rl.refit.safe_output import ExportError, check_target, write_swapped
+from nemo_fp8_rl.refit.safe_output import (
+    ExportError,
+    check_output_path,
+    check_target,
+    write_swapped,
+)
 from nemo_fp8_rl.refit.source import (
     check_architecture,
     check_index,
     check_shapes,
+    check_source_tensor,
     checkpoint_files,
+    repeated_tensor,
 )
 from nemo_fp8_rl.refit.stream import stream_refit
 
@@ -131,8 +138,14 @@ def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
         try:
             with safe_open(file, framework="pt") as f:
                 for name in f.keys():  # noqa: SIM118
-                    shapes[name] = tuple(f.get_slice(name).get_shape())
+                    if name in found:
+                        raise repeated_tensor(file, name, found[name])
+                    header = f.get_slice(name)
+                    check_source_tensor(file, name, header.get_dtype())
+                    shapes[name] = tuple(header.get_shape())
                     found[name] = file.name
+        except ExportError:
+            raise
         except Exception as exc:  # noqa: BLE001 (safetensors raises its own error type)
             raise _unreadable(file, exc) from exc
     check_index(Path(src), found)
@@ -177,6 +190,7 @@ def convert_checkpoint(
         raise ExportError(
             src, "no such checkpoint folder", "pass a Hugging Face checkpoint directory", 2
         )
+    check_output_path(out)
     if src.resolve() == out.resolve() or src.resolve() in out.resolve().parents:
         raise ExportError(
             out, "is the source checkpoint (or inside it)", "export to another folder", 2

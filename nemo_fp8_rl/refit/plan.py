@@ -215,12 +215,31 @@ def _uses_pow2(vllm: Mapping[str, Any], scheme: Scheme) -> bool:
     return scheme == "block" and deep_gemm
 
 
+def _layer_count(vllm: Mapping[str, Any], key: str) -> int:
+    """`vllm_cfg.<key>` as a whole number of layers >= 0 (null: 0)."""
+    value = vllm.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise RefitPlanError(
+            f"policy.generation.vllm_cfg.{key}: {value!r} is not a number of layers. "
+            "Fix: give a whole number >= 0 (0 keeps no layer in BF16)"
+        )
+    return value
+
+
 def _select_fp8(names: list[str], vllm: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
     layers = [i for i in map(layer_index, names) if i is not None]
     num_layers = max(layers) + 1 if layers else 0
-    first = int(vllm.get("num_first_layers_in_bf16") or 0)
-    last = int(vllm.get("num_last_layers_in_bf16") or 0)
+    first = _layer_count(vllm, "num_first_layers_in_bf16")
+    last = _layer_count(vllm, "num_last_layers_in_bf16")
     kws = list(vllm.get("quantization_ignored_layer_kws") or [])
+    if not all(isinstance(kw, str) and kw.strip() for kw in kws):
+        raise RefitPlanError(
+            f"policy.generation.vllm_cfg.quantization_ignored_layer_kws: {kws!r} holds an empty "
+            "or non-text keyword, which every layer name contains (so no layer would be FP8). "
+            "Fix: give keywords that name modules, e.g. [lm_head, mlp.gate]"
+        )
     fp8: set[str] = set()
     reasons: dict[str, str] = {}
     for name in names:

@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import FULL, check_folder, disk_full
 from nemo_fp8_rl.config.user_error import UserError
 
 INDEX = "model.safetensors.index.json"
@@ -26,6 +27,19 @@ INDEX = "model.safetensors.index.json"
 
 class ExportError(UserError):
     """An export that was refused or failed; the target folder is unchanged."""
+
+
+def check_output_path(out: Path) -> None:
+    """Refuse a target that is a symbolic link (dangling, looping or not): the swap would
+    replace the link, not the folder it names, and a loop names nothing."""
+    if out.is_symlink():
+        raise ExportError(
+            out,
+            f"is a symbolic link (to {os.readlink(out)}); nothing was written",
+            "give the folder the export should be, not a link to it",
+            2,
+        )
+    check_folder(out, "export folder")
 
 
 def check_target(out: Path, own_files: Iterable[str]) -> None:
@@ -59,8 +73,12 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
         write(tmp)
         verify_export(tmp)
         publish_modes(tmp)
-    except BaseException:
+    except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        full = _out_of_space(exc)
+        if full is not None:
+            kept = "the earlier export is kept" if out.exists() else "nothing was written"
+            raise disk_full(out, full, kept) from exc
         raise
     old = None
     if out.exists():
@@ -75,6 +93,18 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+def _out_of_space(exc: BaseException) -> OSError | None:
+    """The disk-full error behind `exc` (an OSError, or the safetensors writer's own error,
+    which carries only the message), else None."""
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        return exc
+    text = str(exc)
+    for code in FULL:
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code))
+    return None
 
 
 def current_umask() -> int:

@@ -35,6 +35,7 @@ SUPPORTED = {
 }
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 _PROJ = re.compile(r"^model\.layers\.(\d+)\.(self_attn\.[qkv]_proj|mlp\.(?:gate|up)_proj)\.weight$")
+_OUT = re.compile(r"^model\.layers\.(\d+)\.(self_attn\.o_proj|mlp\.down_proj)\.weight$")
 _EXPERT = re.compile(r"^model\.layers\.(\d+)\.mlp\.experts\.(\d+)\.(?:gate|up)_proj\.weight$")
 
 
@@ -53,7 +54,46 @@ def _index(src: Path) -> dict[str, str] | None:
         isinstance(v, str) and "/" not in v for v in weight_map.values()
     ):
         raise ExportError(path, "weight_map is not a map of tensor -> file name", "restore it")
+    if not weight_map:
+        raise ExportError(
+            path, "weight_map is empty: the index names no tensor", "restore the index file"
+        )
     return weight_map
+
+
+# The dtypes of a BF16 source (an FP32 or FP16 checkpoint converts as well); anything else
+# (F8_E4M3, I8, ...) is already quantized or not a weight this export can convert.
+SOURCE_DTYPES = frozenset({"BF16", "F16", "F32"})
+# Tensors only a quantized checkpoint holds: a BF16 `*_scale_inv` would be exported as the
+# scale of its weight (a tensor of ones: a silently wrong model).
+_QUANTIZED = re.compile(r"(_scale_inv|\.weight_scale|\.input_scale|\.weight_zero_point)$")
+
+
+def repeated_tensor(file: Path, name: str, first: str) -> ExportError:
+    """Two shards holding the same tensor: which copy a loader keeps is not defined."""
+    return ExportError(
+        file,
+        f"holds {name}, which {first} holds too",
+        "keep each tensor in one shard (re-download the checkpoint)",
+    )
+
+
+def check_source_tensor(file: Path, name: str, dtype: str) -> None:
+    """Refuse a tensor a BF16 source does not hold: a scale (pre-quantized) or another dtype."""
+    if _QUANTIZED.search(name):
+        raise ExportError(
+            file,
+            f"holds {name}, a quantization scale: the checkpoint is already quantized",
+            "export the BF16 checkpoint it was quantized from",
+            2,
+        )
+    if dtype not in SOURCE_DTYPES:
+        raise ExportError(
+            file,
+            f"{name} is {dtype}, not a BF16, FP16 or FP32 weight (already quantized?)",
+            "export the BF16 checkpoint",
+            2,
+        )
 
 
 def checkpoint_files(src: Path) -> list[Path]:
@@ -131,7 +171,10 @@ def _expected(config: Mapping[str, Any]) -> dict[str, tuple[str, int]]:
             "num_key_value_heads * head_dim",
             kv * head_dim,
         )
+    if "self_attn.q_proj" in out:
+        out["self_attn.o_proj"] = out["self_attn.q_proj"]
     if isinstance(config.get("intermediate_size"), int):
+        out["mlp.down_proj"] = ("intermediate_size", config["intermediate_size"])
         out["mlp.gate_proj"] = out["mlp.up_proj"] = (
             "intermediate_size",
             config["intermediate_size"],
@@ -164,12 +207,19 @@ def shape_problems(config: Mapping[str, Any], shapes: Mapping[str, tuple[int, ..
             field, rows = expected.get(m.group(2), (None, None))
             if field is not None and shape[0] != rows:
                 note(field, f"{rows} but {name} has {shape[0]} rows")
-            elif hidden is not None and len(shape) == 2 and shape[1] != hidden:
+            if hidden is not None and len(shape) == 2 and shape[1] != hidden:
                 note("hidden_size", f"{hidden} but {name} has {shape[1]} columns")
         elif m := _EXPERT.match(name):
             experts[int(m.group(1))].add(int(m.group(2)))
             if moe_rows is not None and shape[0] != moe_rows:
                 note("moe_intermediate_size", f"{moe_rows} but {name} has {shape[0]} rows")
+    for name, shape in sorted(shapes.items()):  # after the inputs: a wrong field shows there
+        if (m := _OUT.match(name)) and len(shape) == 2:  # o_proj, down_proj: [hidden, inner]
+            field, cols = expected.get(m.group(2), (None, None))
+            if hidden is not None and shape[0] != hidden:
+                note("hidden_size", f"{hidden} but {name} has {shape[0]} rows (transposed?)")
+            if field is not None and shape[1] != cols:
+                note(field, f"{cols} but {name} has {shape[1]} columns (transposed?)")
     untied = config.get("tie_word_embeddings") is False
     if untied and embed is not None and "lm_head.weight" not in shapes:
         note("tie_word_embeddings", "false but the tensors hold no lm_head.weight")

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import check_folder, open_nofollow
 from nemo_fp8_rl.config.user_error import UsageError
 
 LOCK_NAME = ".run.lock"
@@ -33,12 +34,12 @@ def hold(run_dir: Path) -> Path:
     Raises:
         RunDirBusy: another live process holds the lock; the message names it.
     """
-    run_dir = Path(run_dir).resolve()
+    run_dir = check_folder(run_dir, "run folder")
     if run_dir in _HELD:
         return run_dir / LOCK_NAME
     run_dir.mkdir(parents=True, exist_ok=True)
     path = run_dir / LOCK_NAME
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)  # a link planted here is refused
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -66,11 +67,11 @@ def release(run_dir: Path) -> None:
 
 def check_free(run_dir: Path) -> None:
     """Raise `RunDirBusy` when another process holds `run_dir`'s lock; creates nothing."""
-    run_dir = Path(run_dir).resolve()
+    run_dir = check_folder(run_dir, "run folder")
     path = run_dir / LOCK_NAME
-    if run_dir in _HELD or not path.is_file():
+    if run_dir in _HELD or not (path.is_file() or path.is_symlink()):
         return
-    fd = os.open(path, os.O_RDONLY)
+    fd = open_nofollow(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         fcntl.flock(fd, fcntl.LOCK_UN)

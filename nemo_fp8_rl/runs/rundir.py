@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
@@ -132,7 +133,7 @@ def check_owner(
 ) -> None:
     """Refuse a `run_dir` this run must not write into (see the module docstring); writes nothing."""
     run_dir = Path(run_dir)
-    _check_place(run_dir)
+    check_place(run_dir)
     if not run_dir.exists():
         if resume:
             raise RunDirError(
@@ -164,11 +165,11 @@ def check_owner(
     _check_saved(run_dir, saved_path, config, resume=resume, overwrite=overwrite)
 
 
-def _check_place(run_dir: Path) -> None:
+def check_place(run_dir: Path) -> None:
     """A run dir is a folder, and never `/` or the home folder."""
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(run_dir, "is a file, not a folder", "pass --run-dir with a folder path")
-    resolved = run_dir.resolve()
+    resolved = check_folder(run_dir, "run folder")
     protected = {Path("/"), Path.home().resolve()}
     if os.environ.get("HOME"):
         protected.add(Path(os.environ["HOME"]).resolve())
@@ -250,10 +251,9 @@ def prepare(
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` through a temporary file and a rename (never a half-written file)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write `text` to `path` through a temporary file and a rename (never a half-written file,
+    never through a symbolic link; `safe_files.write_atomic`)."""
+    write_atomic(path, text)
 
 
 def _version(dist: str) -> str | None:

@@ -20,6 +20,7 @@ never takes the others down. Up to `parallel` children run at once; their output
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -30,7 +31,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config.numbers import NumberTooLong, parse_int
+from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
+from nemo_fp8_rl.config.user_error import UsageError, shown
 
 SEED_DIR_PREFIX = "seed-"
 SEED_KEY = "grpo.seed"
@@ -60,8 +63,13 @@ def parse_seeds(text: str) -> list[int]:
                 f"--seeds {text!r}: {item.strip()!r} is not a seed or a range. Fix: give seeds "
                 "as a comma-separated list and/or inclusive ranges, e.g. 1,2,3 or 1-5 or 1-3,7"
             )
-        low = int(match.group(1))
-        high = int(match.group(2)) if match.group(2) is not None else low
+        try:
+            low = parse_int(match.group(1))
+            high = parse_int(match.group(2)) if match.group(2) is not None else low
+        except NumberTooLong as exc:
+            raise SeedSpecError(
+                f"--seeds {shown(text)!r}: {exc}. Fix: give seeds below 2**32, e.g. 1-5"
+            ) from exc
         if low < 0 or high < low:
             raise SeedSpecError(
                 f"--seeds {text!r}: {item.strip()!r} is not a range of non-negative seeds "
@@ -101,11 +109,12 @@ def seed_dirs(group_dir: Path) -> list[Path]:
 
 
 def check_overrides(overrides: Sequence[str]) -> None:
-    """`--seeds` sets `grpo.seed`; an explicit `grpo.seed=` override would contradict it."""
-    clash = [o for o in overrides if o.split("=", 1)[0].strip() == SEED_KEY]
+    """`--seeds` sets `grpo.seed`; an override of it (`grpo.seed=`, `+grpo.seed=`, `++grpo.seed=`
+    or `~grpo.seed`) would contradict it."""
+    clash = [o for o in overrides if o.split("=", 1)[0].strip().lstrip("+~") == SEED_KEY]
     if clash:
         raise SeedSpecError(
-            f"--seeds sets {SEED_KEY} for each run, but the overrides also set it ({clash[0]}). "
+            f"--seeds: sets {SEED_KEY} for each run, but the overrides also set it ({clash[0]}). "
             f"Fix: drop the {SEED_KEY} override, or drop --seeds"
         )
 
@@ -160,6 +169,12 @@ def train_command(
     return [*cmd, *overrides, f"{SEED_KEY}={seed}"]
 
 
+def _open_log(path: Path):
+    """A seed's log, truncated, opened for writing without following a link."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    return os.fdopen(fd, "w", encoding="utf-8")
+
+
 class _Child:
     """One running seed: the process and a thread copying its output to the log and `echo`."""
 
@@ -167,6 +182,7 @@ class _Child:
         self.outcome = outcome
         self.start = time.monotonic()
         Path(outcome.run_dir).mkdir(parents=True, exist_ok=True)
+        self.log = _open_log(Path(outcome.log))  # refused here, before the child starts
         self.proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace"
         )
@@ -175,7 +191,7 @@ class _Child:
 
     def _pump(self, echo: Callable[[str], None]) -> None:
         assert self.proc.stdout is not None
-        with open(self.outcome.log, "w", encoding="utf-8") as log:
+        with self.log as log:
             for line in self.proc.stdout:
                 log.write(line)
                 log.flush()
@@ -231,7 +247,7 @@ def run_seeds(
         outcomes[s].returncode, outcomes[s].kept = 0, True
     waiting = sorted(commands)
     running: list[_Child] = []
-    previous = _raise_on_sigterm()
+    previous = raise_on_sigterm()
     try:
         while waiting or running:
             while waiting and len(running) < max(1, parallel):
@@ -255,7 +271,7 @@ def run_seeds(
     return result
 
 
-def _raise_on_sigterm():
+def raise_on_sigterm():
     """Make SIGTERM raise KeyboardInterrupt (main thread only); returns the previous handler."""
     if threading.current_thread() is not threading.main_thread():
         return None
@@ -276,9 +292,7 @@ def write_summary(group_dir: Path, outcomes: Sequence[SeedOutcome]) -> Path:
     earlier = [e for e in read_summary(group_dir) if e.get("seed") not in mine]
     entries = sorted([*earlier, *(asdict(o) for o in outcomes)], key=lambda e: e["seed"])
     payload = {"seeds": entries, "written_at": time.time()}
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=1) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_atomic(path, json.dumps(payload, indent=1) + "\n")
     return path
 
 

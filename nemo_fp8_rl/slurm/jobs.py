@@ -8,9 +8,13 @@ MinJobAge), then `squeue`, then `sacct` (accounting, for jobs the controller has
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import math
+import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -18,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import shown
 
 FINAL_STATES = frozenset(
     {
@@ -63,10 +70,47 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+def command_timeout() -> float:
+    """Seconds a Slurm client command may take to answer: `NEMO_FP8_RL_SLURM_TIMEOUT_S`, else 60
+    (a controller that is down or overloaded otherwise blocks every command for good)."""
+    text = os.environ.get("NEMO_FP8_RL_SLURM_TIMEOUT_S", "")
+    try:
+        value = float(text) if text else 60.0
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise SlurmError(
+            f"NEMO_FP8_RL_SLURM_TIMEOUT_S={shown(text)!r}: not a finite number of seconds > 0. "
+            "Fix: set it to e.g. 60, or unset it"
+        )
+    return value
+
+
+def _answer(cmd: list[str], timeout: float | None) -> subprocess.CompletedProcess:
+    """Run `cmd` in its own process group; one that does not answer within `timeout` seconds is
+    killed with everything it started, and reported as a `SlurmError`."""
+    timeout = command_timeout() if timeout is None else timeout
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise SlurmError(
+            f"{' '.join(cmd)}: no answer in {timeout:g} s (the Slurm controller may be down or "
+            "overloaded). Fix: check the cluster with sinfo and run it again; "
+            "NEMO_FP8_RL_SLURM_TIMEOUT_S sets the wait"
+        ) from None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def _run(
     cmd: list[str],
     check: bool = True,
-    timeout: float = 60.0,
+    timeout: float | None = None,
     fix: str = "read Slurm's message; check the job id and that the cluster is up (sinfo)",
 ) -> subprocess.CompletedProcess:
     """Run a Slurm client command; a missing command or (with `check`) a failure is a
@@ -76,7 +120,7 @@ def _run(
             f"{cmd[0]}: not found (Slurm's client commands are not installed here). Fix: run on a "
             "Slurm login node, or start a local cluster with scripts/local-slurm.sh up"
         )
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    proc = _answer(cmd, timeout)
     if check and proc.returncode != 0:
         said = " ".join(proc.stderr.split()).rstrip(".") or "no message"
         raise SlurmError(
@@ -108,10 +152,9 @@ def write_job_files(recipe: Any, script: str, log_root: Path) -> tuple[Path, Pat
     """Write `<log_root>/<name>.yaml` (frozen recipe) and `<log_root>/<name>.sbatch`."""
     log_root.mkdir(parents=True, exist_ok=True)
     recipe_file = log_root / f"{recipe.name}.yaml"
-    recipe_file.write_text(frozen_recipe_text(recipe))
+    write_atomic(recipe_file, frozen_recipe_text(recipe))
     script_file = log_root / f"{recipe.name}.sbatch"
-    script_file.write_text(script)
-    script_file.chmod(0o755)
+    write_atomic(script_file, script, mode=0o755)
     return recipe_file, script_file
 
 
@@ -135,8 +178,11 @@ def submit(script: Path) -> str:
         "--container, or the recipe's slurm section) and run again; the job files are kept "
         f"in {script.parent}",
     )
-    job_id = proc.stdout.strip().split(";")[0]
-    return check_job_id(job_id)
+    # `--parsable` prints `<id>[;<cluster>]`; a site's job_submit plugin or sbatch itself may
+    # print lines (`INFO: ...`) before it, so the id is the last line that reads as one.
+    lines = [line.strip().split(";")[0] for line in proc.stdout.splitlines() if line.strip()]
+    ids = [line for line in lines if _JOB_ID.fullmatch(line)]
+    return check_job_id(ids[-1] if ids else (lines[-1] if lines else ""))
 
 
 def _scontrol_records(job_id: str) -> list[dict[str, str]]:

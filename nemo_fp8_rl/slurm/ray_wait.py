@@ -9,6 +9,7 @@ once every worker has joined, so training never starts on a partial cluster. Usa
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -71,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=0, help="GPUs to wait for, in total")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds")
     args = parser.parse_args(argv)
+    if not (math.isfinite(args.timeout) and args.timeout > 0):
+        parser.error(f"--timeout {args.timeout}: give a finite number of seconds > 0")
     if not args.address:
         parser.error("no Ray address: pass --address HOST:PORT or set RAY_ADDRESS")
     start = time.monotonic()

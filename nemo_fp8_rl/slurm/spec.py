@@ -109,10 +109,10 @@ def check_time(value: str, where: str = "slurm.time") -> str:
 def check_mount(mount: str, where: str) -> str:
     """One pyxis mount, `SRC[:DST[:FLAGS]]`: no commas (the list separator), no control characters."""
     reject_control(mount, where)
-    if not mount or "," in mount or mount.count(":") > 2:
+    if not mount or "," in mount or mount.count(":") > 2 or not mount.split(":")[0]:
         raise JobSpecError(
             f"{where}: {mount!r} is not a mount of the form SRC[:DST[:FLAGS]]. Fix: one mount per "
-            "list item (or comma-separated on the command line), with no empty items"
+            "list item (or comma-separated on the command line), with no empty items or sources"
         )
     return mount
 
@@ -188,7 +188,15 @@ def build_job_spec(
     container = cfg.get("container")
     if python_bin_dir is None and not container:
         python_bin_dir = Path(sys.executable).parent
-    mounts = cfg.get("mounts") or ()
+    mounts = tuple(
+        check_mount(m, f"slurm.mounts[{i}]") for i, m in enumerate(cfg.get("mounts") or ())
+    )
+    if mounts and not container:  # pyxis mounts exist only inside a container
+        raise JobSpecError(
+            "slurm.mounts / --mounts: mounts are set but no container, and without one the job "
+            "runs on the node's own file system, which mounts nothing. Fix: add --container "
+            "IMAGE (or slurm.container), or drop the mounts"
+        )
     spec = JobSpec(
         job_name=check_header_value(str(cfg.get("job_name") or recipe.name), "job name"),
         nodes=_job_nodes(
@@ -202,7 +210,7 @@ def build_job_spec(
         account=_optional_header(cfg.get("account"), "slurm.account / --account"),
         partition=_optional_header(cfg.get("partition"), "slurm.partition / --partition"),
         container=_optional(container, "slurm.container / --container"),
-        mounts=tuple(check_mount(m, f"slurm.mounts[{i}]") for i, m in enumerate(mounts)),
+        mounts=mounts,
         env=check_env(cfg.get("env") or {}),
         setup_command=_optional(cfg.get("setup_command"), "slurm.setup_command"),
         gres_per_node=_optional_header(cfg.get("gres_per_node"), "slurm.gres_per_node"),

@@ -12,7 +12,13 @@ k ≥ 1):
   the lower bound in force (what the loss did);
 - `shadow_fp8_lower_frac_neg`, `shadow_bf16_lower_frac_neg`: on the shadow steps, the shares
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
-- `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations; `val_start`;
+- the pre-registered endpoints (`endpoints.yaml`, `endpoints.py`): `val_mean` (primary: mean
+  validation accuracy over every evaluation after step 0), `val_gain` (secondary: `val_mean` −
+  `val_start`), `entropy_rise` (largest rise above the trailing-window minimum) and
+  `entropy_surge` (1 when it reaches the threshold); `val_scored_bf16` says whether the run's
+  scores are BF16 generation (1) or its rollout engine's (0: FP8 generation in FP8 recipes);
+- `val_tail`: mean validation accuracy (greedy) of the last `TAIL` validations (the endpoint the
+  study reported before endpoints were fixed; kept for the per-seed table);
 - `entropy_surges`: onsets found by `analysis.surge.detect_entropy_surges` on train/entropy;
 - `calib_low_min`: lowest lower bound L in force; `calib_m_mean`: mean over calibrations of m,
   the BF16-clipped negative-advantage tokens of one window; `calib_pool_mean`: mean M, the
@@ -36,6 +42,8 @@ from pathlib import Path
 from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs import scores
+from nemo_fp8_rl.study import endpoints
 
 TAIL = 3
 METRICS = ("metrics.jsonl", "metrics.jsonl.gz")
@@ -124,18 +132,17 @@ def read_records(run_dir: Path) -> list[dict]:
     return records
 
 
-def summarize(run_dir: Path) -> dict[str, float]:
+def summarize(run_dir: Path, ep: endpoints.Endpoints | None = None) -> dict[str, float]:
     """The per-run summary values of the module docstring."""
+    ep = ep or endpoints.load()
     recs = read_records(run_dir)
     train = [r for r in recs if r["step"] >= 1 and r.get("train/entropy") is not None]
     shadow = [r for r in train if r.get("train/prob_nmae") is not None]
-    vals = [
-        (r["step"], r["validation/accuracy"])
-        for r in recs
-        if r.get("validation/accuracy") is not None
-    ]
-    later = [v for s, v in vals if s > 0]
+    acc = endpoints.accuracy_endpoints(recs)
+    key = scores.accuracy_key(recs)
+    later = [r[key] for r in recs if r["step"] > 0 and r.get(key) is not None]
     start = next((r for r in recs if r["step"] == 0), {})
+    rise = endpoints.largest_rise([r["train/entropy"] for r in train], ep.entropy_surge.window)
     single = [r for r in shadow if r.get("train/single_pass_nmae") is not None]
     out = {
         "ratio_amplification": (
@@ -153,12 +160,22 @@ def summarize(run_dir: Path) -> dict[str, float]:
         "prob_nmae": _mean([r.get("train/prob_nmae") for r in shadow]),
         "ratio_nmae": _mean([r.get("train/ratio_nmae") for r in shadow]),
         "clip_lower_frac_neg": _mean([r.get("train/clip_lower_frac_neg") for r in train]),
+        "neg_grad_drop_frac_neg": _mean([r.get("train/neg_grad_drop_frac_neg") for r in train]),
         "shadow_fp8_lower_frac_neg": _mean(
             [r.get("train/fp8_nominal_lower_frac_neg") for r in shadow]
         ),
         "shadow_bf16_lower_frac_neg": _mean([r.get("train/bf16_lower_frac_neg") for r in shadow]),
         "val_tail": _mean(later[-TAIL:]),
-        "val_start": start.get("validation/accuracy", math.nan),
+        "val_start": acc["start"],
+        "val_mean": acc["mean_after_start"],
+        "val_gain": acc["gain_from_start"],
+        "val_scored_bf16": acc["scored_bf16"],
+        "val_start_rollout": start.get(scores.ROLLOUT_ACCURACY, math.nan),
+        "val_start_bf16": start.get(scores.BF16_ACCURACY, math.nan),
+        "entropy_rise": rise,
+        "entropy_surge": float(rise >= ep.entropy_surge.threshold)
+        if math.isfinite(rise)
+        else math.nan,
         "entropy_mean": _mean([r["train/entropy"] for r in train]),
         "entropy_surges": float(
             len(
@@ -192,6 +209,14 @@ def collect(out: Path, names: list[str], seeds: list[int]) -> dict[str, dict[int
             if metrics_file(run) is not None:
                 table[name][seed] = summarize(run)
     return table
+
+
+def report_scoring(table: dict[str, dict[int, dict]]) -> str:
+    """How the runs in `table` were scored, in a few words."""
+    flags = [s.get("val_scored_bf16") for runs in table.values() for s in runs.values()]
+    if flags and all(f == 1.0 for f in flags):
+        return "BF16-scored"
+    return "scored in each run's rollout precision: FP8 generation for FP8 recipes"
 
 
 def column(table: dict[str, dict[int, dict]], name: str, key: str) -> dict[int, float]:

@@ -29,6 +29,7 @@ from pathlib import Path
 import yaml
 
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.rundir import config_differences
 from nemo_fp8_rl.study.analysis import read_records
@@ -170,7 +171,10 @@ def run_all(
                 log(f"kept   {spec.name} seed {spec.seed} (finished before, same settings)")
                 continue
             spec.run_dir.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(f"{spec.run_dir}.log", "w")  # noqa: SIM115 - closed when it ends
+            log_fd = open_nofollow(
+                Path(f"{spec.run_dir}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            )
+            handle = os.fdopen(log_fd, "w")  # closed when the run ends
             proc = subprocess.Popen(
                 _command(spec, what in ("restart", "rerun")),
                 stdout=handle,
@@ -198,8 +202,8 @@ def run_all(
                 continue
             results.append(RunResult(spec, proc.returncode, seconds, reused=False))
             if spec.run_dir.is_dir() and proc.returncode == 0:
-                (spec.run_dir / "study_wall_seconds.json").write_text(
-                    json.dumps({"seconds": seconds})
+                write_atomic(
+                    spec.run_dir / "study_wall_seconds.json", json.dumps({"seconds": seconds})
                 )
             state = "done  " if proc.returncode == 0 else f"FAILED (rc {proc.returncode}, see "
             state += "" if proc.returncode == 0 else f"{spec.run_dir}.log)"

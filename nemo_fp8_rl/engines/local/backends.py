@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import importlib.util
 import math
-import netrc
 import os
 import time
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlparse
 
 from nemo_fp8_rl.config.user_error import UserError
+from nemo_fp8_rl.runs.endpoints import wandb_logged_in
 
 _WANDB_KEYS = ("project", "name", "entity", "group", "tags", "notes", "job_type")
 _PACKAGES = {"wandb_enabled": ("wandb", "W&B"), "mlflow_enabled": ("mlflow", "MLflow")}
@@ -67,19 +66,6 @@ def open_sinks(config: dict, run_dir: Path) -> list[Sink]:
 
 def _finite(metrics: dict[str, float]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
-
-
-def wandb_logged_in() -> bool:
-    """True when W&B has credentials: `WANDB_API_KEY`, or a ~/.netrc (`NETRC`) entry for the
-    W&B host (`WANDB_BASE_URL`, default api.wandb.ai), which is where `wandb login` saves it."""
-    if os.environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
-    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
-    try:
-        return netrc.netrc(path).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
 
 
 class WandbSink:

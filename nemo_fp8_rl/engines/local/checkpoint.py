@@ -21,6 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import refuse_link
 from nemo_fp8_rl.config.user_error import UserError
 
 STATE_FILE = "state.pt"
@@ -89,7 +90,8 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
 
 
 def _write_latest(root: Path, name: str) -> None:
-    """Point `root/latest` at `name` with an atomic replace."""
+    """Point `root/latest` at `name` with an atomic replace (a link there is refused)."""
+    refuse_link(root / "latest")
     fd, tmp = tempfile.mkstemp(prefix=".latest_", dir=root)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(name + "\n")

@@ -20,6 +20,8 @@ from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
+from nemo_fp8_rl.config.safe_files import open_append, write_atomic
+
 HEADLINE = (
     ("reward", "train/reward", "{:.3f}"),
     ("val", "validation/bf16_accuracy", "{:.3f}"),  # BF16-generation score (runs.scores)
@@ -61,7 +63,7 @@ class MetricsLogger:
         self.sinks = list(sinks)
         self.path = run_dir / "metrics.jsonl"
         _truncate_jsonl(self.path, completed_steps)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = open_append(self.path)  # never through a link planted in the run dir
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
@@ -102,9 +104,7 @@ def _truncate_jsonl(path: Path, completed_steps: int) -> None:
         for line in path.read_text(encoding="utf-8").splitlines()
         if completed_steps and line.strip() and json.loads(line)["step"] <= completed_steps
     ]
-    tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-    os.replace(tmp, path)
+    write_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any
+
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 CALIBRATOR_FILE = "calibrator_state.json"
 
@@ -44,9 +45,7 @@ def save_calibrator_state(calibrator: Any, checkpoint_dir: Path) -> Path:
     """Write `calibrator.state_dict()` atomically to `<checkpoint_dir>/calibrator_state.json`."""
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     path = checkpoint_dir / CALIBRATOR_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_json_safe(calibrator.state_dict()), indent=1))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(_json_safe(calibrator.state_dict()), indent=1))
     return path
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.schema import PROJECT_SECTIONS
 
 HANDOFF_FILE = "nemo_rl_config.yaml"
@@ -87,9 +88,7 @@ def write_handoff(recipe: Recipe, run_dir: Path, config: dict[str, Any] | None =
     )
     handed = to_nemo_config(recipe) if config is None else config
     body = yaml.safe_dump(handed, sort_keys=False, default_flow_style=False)
-    tmp = path.with_suffix(".yaml.tmp")
-    tmp.write_text(header + body)
-    tmp.replace(path)
+    write_atomic(path, header + body)
     return path
 
 

@@ -15,6 +15,8 @@ import numbers
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import open_append
+
 
 def _scalar(value: Any) -> float | None:
     """A plain float for numbers, 0-d/1-element arrays and tensors; None for anything else."""
@@ -64,5 +66,5 @@ class MetricsTee:
         self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
         row = flatten_metrics(metrics, prefix)
         if row:
-            with self.path.open("a", encoding="utf-8") as fh:
+            with open_append(self.path) as fh:  # never through a link in the run dir
                 fh.write(json.dumps({"step": int(step), **row}) + "\n")

@@ -1,0 +1,283 @@
+"""Import a NeMo RL GRPO config as a recipe: every key NeMo RL's file sets, kept as it resolves.
+
+A NeMo RL config (`examples/configs/grpo_math_1B.yaml`, a recipe under
+`examples/configs/recipes/llm/`, or the user's own) is composed with NeMo RL's `defaults:`
+semantics (the project's loader implements them), `${oc.env:VAR[,default]}` is read from the
+environment as OmegaConf does, and the other interpolations are resolved. The result is laid over
+the project's base config, which fills the keys NeMo RL's file leaves out and the project's own
+sections (`local`, `refit`, `slurm`, `loss_fn.calibration`) with their defaults. `--fp8` lays an
+FP8 overlay (`configs/precision/fp8-*.yaml`) on top, `--calibrated` the calibrated clipping
+(`configs/loss/calibrated-clipping.yaml`). The recipe written is self-contained (no `defaults:`)
+and is validated with `load_recipe` before it is kept; a combination that cannot work is refused
+with the key and file that make it so.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.interpolate import resolve_all
+from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
+from nemo_fp8_rl.config.locations import base_config_path, configs_dir
+from nemo_fp8_rl.config.recipe import Recipe, load_recipe
+from nemo_fp8_rl.config.schema import DERIVED, source_of
+
+FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
+CALIBRATION_OVERLAY = "loss/calibrated-clipping"
+FP8_IS_SOURCE = "--fp8 (NeMo RL asserts importance-sampling correction for FP8 rollouts)"
+_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
+
+
+@dataclass
+class Imported:
+    """An imported config: the recipe's keys, the file that set each, and what was changed."""
+
+    source: Path
+    config: dict
+    provenance: dict[str, str]
+    overlays: list[str] = field(default_factory=list)
+    filled: list[str] = field(default_factory=list)
+    derived: dict[str, Any] = field(default_factory=dict)
+    changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+
+
+def is_nemo_rl_config(path: Path) -> bool:
+    """A GRPO config that is NeMo RL's rather than a recipe: it has `grpo:` and none of the
+    project's own sections anywhere in its chain."""
+    try:
+        config, _ = load_chain(Path(path))
+    except RecipeError:
+        return False
+    return "grpo" in config and not {"local", "refit"} & set(config)
+
+
+def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
+    """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it."""
+    path = Path(path).resolve()
+    config, prov = load_chain(path)
+    if "grpo" not in config:
+        issue = ConfigIssue(
+            "grpo",
+            "not a GRPO config (no grpo: section after its defaults: chain)",
+            "import a GRPO config such as NeMo RL's examples/configs/grpo_math_1B.yaml",
+            str(path),
+        )
+        raise RecipeError(str(path), [issue])
+    issues: list[ConfigIssue] = []
+    config = _read_env(config, "", prov, issues)
+    resolved, interp = resolve_all(config)
+    issues += [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    if issues:
+        raise RecipeError(str(path), issues)
+    return resolved, prov
+
+
+def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssue]) -> Any:
+    """`${oc.env:VAR[,default]}` replaced by the environment's value (OmegaConf's resolver)."""
+    if isinstance(node, dict):
+        return {k: _read_env(v, f"{key}{k}.", prov, issues) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_read_env(v, key, prov, issues) for v in node]
+    if not isinstance(node, str) or "${oc.env:" not in node:
+        return node
+
+    def value(match: re.Match) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in os.environ:
+            return os.environ[name]
+        if default is not None:
+            return default.strip().strip("'\"")
+        dotted = key.rstrip(".")
+        issues.append(
+            ConfigIssue(
+                dotted,
+                f"needs the environment variable {name} (${{oc.env:{name}}}), which is not set",
+                f"set {name}, as NeMo RL needs it too, or set {dotted} to a value",
+                source_of(prov, dotted),
+            )
+        )
+        return match.group(0)
+
+    return _ENV.sub(value, node)
+
+
+def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
+    """NeMo RL's config at `path` over the project's base, with the chosen overlays on top."""
+    nemo, nemo_prov = load_nemo_config(path)
+    refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
+    if refusals:
+        raise RecipeError(str(path), refusals)
+    derived = {key: _pop(nemo, key) for key in DERIVED if _has(nemo, key)}
+    changed = _translate(nemo)
+    base, base_prov = _base()
+    config, prov = merge(base, base_prov, nemo, nemo_prov)
+    filled = sorted(k for k, src in prov.items() if src == "base")
+    overlays = [f"precision/fp8-{fp8}"] if fp8 else []
+    overlays += [CALIBRATION_OVERLAY] if calibrated else []
+    for name in overlays:
+        overlay_path = configs_dir() / f"{name}.yaml"
+        data = read_yaml(overlay_path)
+        config, prov = merge(config, prov, data, leaf_sources(data, str(overlay_path)))
+    if fp8:
+        # NeMo RL's grpo.setup asserts importance-sampling correction for FP8 rollouts.
+        fix = {"loss_fn": {"use_importance_sampling_correction": True}}
+        config, prov = merge(config, prov, fix, leaf_sources(fix, FP8_IS_SOURCE))
+    return Imported(Path(path).resolve(), config, prov, overlays, filled, derived, changed)
+
+
+def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
+    """NeMo RL values the project spells otherwise: key -> (NeMo RL's value, the recipe's)."""
+    grpo = nemo["grpo"]
+    if isinstance(grpo.get("val_period"), int) and grpo["val_period"] < 0:
+        # NeMo RL validates only when val_period > 0; the project's spelling of "off" is 0.
+        old, grpo["val_period"] = grpo["val_period"], 0
+        return {"grpo.val_period": (old, 0)}
+    return {}
+
+
+def _has(tree: dict, dotted: str) -> bool:
+    node: Any = tree
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
+
+
+def _pop(tree: dict, dotted: str) -> Any:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        tree = tree[part]
+    return tree.pop(last)
+
+
+def _base() -> tuple[dict, dict[str, str]]:
+    """The project's base config, resolved, every leaf marked as coming from `base`."""
+    config, _ = load_chain(base_config_path())
+    resolved, _ = resolve_all(config)
+    return resolved, leaf_sources(resolved, "base")
+
+
+def _refusals(
+    nemo: dict, prov: dict[str, str], fp8: str | None, calibrated: bool
+) -> list[ConfigIssue]:
+    """Overlays that cannot work on this config, each located at the key that rules it out."""
+    if fp8 is not None and fp8 not in FP8_OVERLAYS:
+        return [
+            ConfigIssue("--fp8", f"unknown FP8 recipe {fp8!r}", f"use one of {FP8_OVERLAYS}", "")
+        ]
+    policy = nemo.get("policy", {})
+    backend = (policy.get("generation") or {}).get("backend", "vllm")
+    if fp8 and backend != "vllm":
+        return [
+            ConfigIssue(
+                "policy.generation.backend",
+                f"is {backend!r}: --fp8 quantises the rollout in vLLM (vllm_cfg.precision: fp8)",
+                "import a config that generates with vLLM, or set policy.generation.backend: vllm",
+                source_of(prov, "policy.generation.backend"),
+            )
+        ]
+    dtensor = (policy.get("dtensor_cfg") or {}).get("enabled", False)
+    megatron = (policy.get("megatron_cfg") or {}).get("enabled", False)
+    if (fp8 or calibrated) and (dtensor or not megatron):
+        what = "--fp8 trains in FP8 with Megatron-Core" if fp8 else "--calibrated"
+        why = (
+            f"{what}, and calibrated clipping runs in the Megatron policy's loss"
+            if calibrated and not fp8
+            else f"{what} (Transformer Engine); this config trains with DTensor"
+        )
+        key = "policy.dtensor_cfg.enabled" if dtensor else "policy.megatron_cfg.enabled"
+        return [
+            ConfigIssue(
+                key,
+                f"is {bool(dtensor) if dtensor else bool(megatron)}: {why}",
+                "import a Megatron config (NeMo RL's *megatron*.yaml), or set "
+                "policy.dtensor_cfg.enabled: false and policy.megatron_cfg.enabled: true in it",
+                source_of(prov, key),
+            )
+        ]
+    return []
+
+
+def to_recipe_text(imported: Imported) -> str:
+    """The recipe file: a header naming the source and overlays, then every key."""
+    head = [
+        f"# Imported from the NeMo RL config {imported.source}",
+        "# (nemo_fp8_rl.recipes import): every key it sets, resolved, over the project's base",
+        f"# config, which filled {len(imported.filled)} keys it leaves out.",
+    ]
+    for key, value in imported.derived.items():
+        head.append(f"# NeMo RL's {key} was {value!r}: here it derives from the run (--run-dir).")
+    for key, (old, new) in imported.changed.items():
+        head.append(f"# NeMo RL's {key}: {old!r} is written {new!r} (the same: validation off).")
+    if imported.overlays:
+        head.append(f"# Overlays: {', '.join(f'configs/{o}.yaml' for o in imported.overlays)}")
+    if any(src == FP8_IS_SOURCE for src in imported.provenance.values()):
+        head.append(f"# loss_fn.use_importance_sampling_correction: true, set by {FP8_IS_SOURCE}")
+    body = yaml.safe_dump(imported.config, sort_keys=False, default_flow_style=False, width=100)
+    return "\n".join(head) + "\n" + body
+
+
+def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> Path:
+    """Write the recipe to `dest` and load it; an invalid result is removed and refused, each
+    problem located at the NeMo RL file, overlay or base key that caused it."""
+    dest = Path(dest)
+    if dest.is_dir():
+        dest = dest / imported.source.name
+    if dest.exists() and not overwrite:
+        raise RecipeError(
+            str(dest),
+            [
+                ConfigIssue(
+                    "<file>", "already exists", "pass --overwrite or another FILE", str(dest)
+                )
+            ],
+        )
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(to_recipe_text(imported))
+    try:
+        load_recipe(dest)
+    except RecipeError as exc:
+        dest.unlink()
+        issues = [_relocate(i, dest, imported.provenance) for i in exc.issues]
+        raise RecipeError(str(imported.source), issues) from None
+    return dest
+
+
+def _relocate(issue: ConfigIssue, dest: Path, prov: dict[str, str]) -> ConfigIssue:
+    """An issue found in the written file, located where its key came from instead."""
+    if issue.source not in (str(dest), str(dest.resolve())):
+        return issue
+    source = source_of(prov, issue.key)
+    shown = "the project's base config" if source == "base" else source
+    return ConfigIssue(issue.key, issue.problem, issue.fix, shown)
+
+
+def load_recipe_or_import(
+    ref: str | Path, overrides: list[str] | tuple[str, ...] = (), run_dir: Path | None = None
+) -> Recipe:
+    """`load_recipe`, except that a NeMo RL GRPO config is imported first (no overlays), as
+    `nemo_fp8_rl.recipes import` would write it, so `train --recipe` takes NeMo RL's files."""
+    try:
+        return load_recipe(ref, overrides, run_dir=run_dir)
+    except RecipeError:
+        path = Path(ref)
+        if not (path.is_file() and is_nemo_rl_config(path)):
+            raise
+    folder = Path(tempfile.mkdtemp(prefix="nemo-fp8-rl-import-"))
+    dest = write_imported(import_nemo_config(path), folder / path.name)
+    print(
+        f"# {path} is a NeMo RL config: imported as a recipe ({dest}); "
+        f"`nemo_fp8_rl.recipes import {path} FILE.yaml` keeps a copy to edit",
+        file=sys.stderr,
+    )
+    return load_recipe(dest, overrides, run_dir=run_dir)

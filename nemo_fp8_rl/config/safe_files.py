@@ -1,0 +1,125 @@
+"""One way to write files: never through a symbolic link, never half-written, full disks named.
+
+Every file the project writes or locks goes through here. A path whose last component is a
+symbolic link is refused, not followed (a link planted where a run writes `metrics.jsonl`, a
+lock or a report would otherwise rewrite whatever file it points to), and so is a path that is
+not a regular file (a FIFO would block the writer forever). `write_atomic` writes a temporary
+sibling (created with O_EXCL, so it never follows a link), fsyncs it and renames it over the
+target: a reader sees the old file or the new one, and when the disk is full (ENOSPC, EDQUOT,
+or EFBIG past a file-size limit) the temporary file is removed, the old file stays, and the
+failure is one located `DiskFull` line. `open_nofollow` opens for appending or locking with
+O_NOFOLLOW. `check_folder` refuses a folder path that is a symbolic link loop.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import tempfile
+from pathlib import Path
+
+from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
+
+FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+class UnsafePath(UserError):
+    """A path the project will not write through: a symbolic link, a loop, a FIFO (exit 2)."""
+
+    code = USAGE
+
+
+class DiskFull(UserError):
+    """A write that ran out of space; what was there before is kept (exit 1)."""
+
+    code = RUNTIME
+
+
+def refuse_link(path: Path) -> None:
+    """Raise `UnsafePath` when `path` is a symbolic link (dangling or looping ones too)."""
+    path = Path(path)
+    if path.is_symlink():
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        raise UnsafePath(
+            path,
+            f"is a symbolic link (to {target}); nothing was written through it",
+            "remove the link (the file it points to is untouched), or choose another path",
+        )
+
+
+def check_folder(path: Path, what: str = "folder") -> Path:
+    """`path` resolved; a symbolic link loop on the way is an `UnsafePath`."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: Python < 3.13 on a loop
+        raise UnsafePath(
+            path,
+            f"is a symbolic link loop, so it names no {what} ({exc})",
+            f"remove the link, or give another {what}",
+        ) from exc
+
+
+def disk_full(path: Path, exc: OSError, kept: str) -> DiskFull:
+    """The located error for a write to `path` that ran out of space."""
+    return DiskFull(
+        path,
+        f"{exc.strerror or exc} while writing; {kept}",
+        "free space on that disk (or raise the file-size limit) and run the command again",
+    )
+
+
+def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    """Replace `path` with `data` atomically; never through a link, the old file kept on failure."""
+    path = Path(path)
+    refuse_link(path)
+    if path.exists() and not path.is_file():
+        raise UnsafePath(path, "is not a regular file", "remove it, or choose another path")
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        if exc.errno in FULL:
+            kept = "the previous file is kept" if path.exists() else "nothing was written"
+            raise disk_full(path, exc, kept) from exc
+        raise
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """`os.open` of a regular file without following a final symbolic link; returns the fd."""
+    path = Path(path)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.EMLINK) or path.is_symlink():
+            refuse_link(path)
+        if exc.errno == errno.ENXIO:  # a FIFO nobody reads
+            raise UnsafePath(path, "is not a regular file", "remove it") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafePath(path, "is not a regular file", "remove it, or choose another path")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def open_append(path: Path):
+    """A text handle appending to `path` (created if missing), never through a link."""
+    fd = open_nofollow(Path(path), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,102 @@
+"""The study's pre-registered endpoints (`endpoints.yaml`, read by the report and the power script).
+
+Per run, from its metric records (training steps k ≥ 1, validations at step 0 and later):
+- `mean_after_start`: mean of the validation accuracy over every evaluation after step 0;
+- `gain_from_start`: that mean minus the step-0 evaluation;
+- `largest_rise_above_trailing_min`: max over steps k of e_k − min(e_{k−w}, …, e_{k−1}), the
+  entropy's largest rise above its minimum over the previous w = `window` steps (steps with
+  fewer than w earlier values use those they have, at least one); a surge when ≥ `threshold`.
+The accuracy score is `runs.scores.accuracy_key`: BF16 generation where the run logged it.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs import scores
+
+FILE = Path(__file__).with_name("endpoints.yaml")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Accuracy(_Strict):
+    primary: Literal["mean_after_start"]
+    secondary: Literal["gain_from_start"]
+    score: Literal["validation/bf16_accuracy"]
+
+
+class Surge(_Strict):
+    statistic: Literal["largest_rise_above_trailing_min"]
+    window: int = Field(ge=1)
+    threshold: float = Field(gt=0)
+
+
+class Seeds(_Strict):
+    alpha: float = Field(gt=0, lt=1)
+    resolve_points: float = Field(gt=0)
+
+
+class Endpoints(_Strict):
+    accuracy: Accuracy
+    entropy_surge: Surge
+    seeds: Seeds
+
+
+def load(path: Path = FILE) -> Endpoints:
+    """The endpoints file, validated; a bad file is a UsageError naming it."""
+    try:
+        return Endpoints.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        first = str(exc).splitlines()[0]
+        raise UsageError(str(path), f"not a valid endpoints file ({first})", "restore it") from exc
+
+
+def accuracy_endpoints(records: list[dict]) -> dict[str, float]:
+    """`mean_after_start`, `gain_from_start`, `start`, and `scored_bf16` (1.0 or 0.0)."""
+    key = scores.accuracy_key(records)
+    vals = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+    later = [v for s, v in vals if s > 0]
+    start = next((v for s, v in vals if s == 0), math.nan)
+    mean = sum(later) / len(later) if later else math.nan
+    return {
+        "mean_after_start": mean,
+        "gain_from_start": mean - start,
+        "start": start,
+        "scored_bf16": float(key == scores.BF16_ACCURACY),
+    }
+
+
+def largest_rise(values: list[float], window: int) -> float:
+    """max_k e_k − min of the previous `window` values (NaN for fewer than two values)."""
+    best = -math.inf
+    for k in range(1, len(values)):
+        best = max(best, values[k] - min(values[max(0, k - window) : k]))
+    return best if math.isfinite(best) else math.nan
+
+
+def describe(ep: Endpoints) -> str:
+    """The endpoints as Markdown bullets (for the report, from the file)."""
+    s = ep.entropy_surge
+    return "\n".join(
+        [
+            "- accuracy, primary: mean validation accuracy (greedy) over every evaluation after "
+            "step 0; secondary: that mean minus the step-0 evaluation; score: the trained "
+            f"weights generated in BF16 (`{ep.accuracy.score}`), or, for runs without it, the "
+            "run's rollout engine's score, named so in the tables",
+            f"- entropy surge: the largest rise of `train/entropy` above its minimum over the "
+            f"previous {s.window} steps; a surge when it reaches {s.threshold:g} nats",
+            f"- seeds: from `scripts/study_power.py` (95 % Student-t half-width of a paired "
+            f"difference of the primary endpoint ≤ {ep.seeds.resolve_points:g} points, from "
+            "the committed runs' paired SD)",
+            f"(from `nemo_fp8_rl/study/{FILE.name}`)",
+        ]
+    )
