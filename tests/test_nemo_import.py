@@ -46,7 +46,11 @@ FP8_REASONS = {
     "policy.train_global_batch_size",
 }
 VARIANTS = {"fp8": ("blockwise", False), "fp8-calibrated": ("blockwise", True)}
-PREFLIGHT_SAMPLE = ("grpo_math_1B_megatron.yaml", "grpo_math_8B_megatron_fp8.yaml")
+# FP8 variants of configs whose models the preflight ships a config.json for (model_configs/).
+PREFLIGHT_SAMPLE = (
+    "grpo_math_8B_megatron_fp8.yaml",
+    "recipes/llm/grpo-qwen3-8b-base-1n8g-fp8-kvcache-megatron.yaml",
+)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -168,7 +172,7 @@ def test_fp8_import_passes_the_preflight(tmp_path, name):
     from nemo_fp8_rl.engines.nemo.preflight import preflight
 
     path = Path(str(SRC)) / "examples" / "configs" / name
-    out, issues = _import(path, tmp_path / name, "blockwise")
+    out, issues = _import(path, tmp_path / Path(name).name, "blockwise")
     assert issues == []
     result = preflight(load_recipe(out), workdir=Path(str(SRC)))
     assert result.ok, result.report()

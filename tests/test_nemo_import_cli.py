@@ -8,6 +8,7 @@ import on every GRPO config of a real NeMo RL tree.
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -68,12 +69,12 @@ def test_import_keeps_nemo_keys_and_fills_project_sections(tmp_path, capsys):
 
 def test_train_dry_run_takes_a_nemo_config(tmp_path, capsys):
     src = _nemo_shaped(tmp_path)
-    # No GPU engine here: the dry run prints the imported recipe, then exits 3 (no engine).
+    # Without NeMo RL the dry run prints the imported recipe, then exits 3 (no engine), as train.
     code = invoke(train_cli.main, ["--recipe", str(src), "--dry-run"])
     captured = capsys.readouterr()
     assert "is a NeMo RL config: imported as a recipe" in captured.err
     assert "_v2: true" in captured.out and "refit:" in captured.out
-    assert code in (0, 3)
+    assert code == (0 if importlib.util.find_spec("nemo_rl") else 3)
 
 
 def test_unknown_key_is_still_refused_with_its_file(tmp_path, capsys):
@@ -150,3 +151,11 @@ def test_existing_file_needs_overwrite(tmp_path, capsys):
     assert invoke(recipes_cli.main, ["import", str(src), str(out)]) == 2
     assert "already exists" in capsys.readouterr().err and out.read_text() == "keep: me\n"
     assert recipes_cli.main(["import", str(src), str(out), "--overwrite"]) == 0
+
+
+def test_train_seeds_takes_a_nemo_config(tmp_path, capsys):
+    src = _nemo_shaped(tmp_path, dtensor=False)
+    code = invoke(train_cli.main, ["--recipe", str(src), "--seeds", "1-2", "--dry-run"])
+    err = capsys.readouterr().err
+    assert "is a NeMo RL config: imported as a recipe" in err
+    assert code == 3 and "needs the NeMo RL engine" in err  # a GPU config, no NeMo RL here

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import SEEDS_SYNTAX
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.runs.seeds import (
     SEED_KEY,
     SeedSpecError,
@@ -65,7 +65,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     if args.parallel < 1:
         raise SeedSpecError(f"--parallel {args.parallel}: give 1 or more")
     check_overrides(args.overrides)
-    base = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    base = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     group = base.run_dir
     check_place(group)  # `/` or the home folder: refused as plain train refuses it
     check_group(group)

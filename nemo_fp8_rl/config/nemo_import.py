@@ -34,6 +34,9 @@ from nemo_fp8_rl.config.schema import DERIVED, source_of
 FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
 CALIBRATION_OVERLAY = "loss/calibrated-clipping"
 FP8_IS_SOURCE = "--fp8 (NeMo RL asserts importance-sampling correction for FP8 rollouts)"
+# Keys the base config sets on where NeMo RL, when a config leaves them out, has them off: a
+# config without them keeps NeMo RL's behaviour (ClippedPGLossConfig: NotRequired, None = no TIS).
+ABSENT_IN_NEMO_RL: dict[str, Any] = {"loss_fn.truncated_importance_sampling_type": None}
 _ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
 
@@ -119,6 +122,9 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
     derived = {key: _pop(nemo, key) for key in DERIVED if _has(nemo, key)}
     changed = _translate(nemo)
     base, base_prov = _base()
+    for key, value in ABSENT_IN_NEMO_RL.items():
+        if not _has(nemo, key):
+            _set(base, key, value)
     config, prov = merge(base, base_prov, nemo, nemo_prov)
     filled = sorted(k for k, src in prov.items() if src == "base")
     overlays = [f"precision/fp8-{fp8}"] if fp8 else []
@@ -142,6 +148,13 @@ def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
         old, grpo["val_period"] = grpo["val_period"], 0
         return {"grpo.val_period": (old, 0)}
     return {}
+
+
+def _set(tree: dict, dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    for part in parents:
+        tree = tree.setdefault(part, {})
+    tree[last] = value
 
 
 def _has(tree: dict, dotted: str) -> bool:

@@ -117,7 +117,7 @@ def start_ray(
     address = os.environ.get("RAY_ADDRESS", "").strip()
     if address:
         probe_address(address)
-        with _progress("joining Ray at " + address, echo), _held_interrupt(echo):
+        with _progress("joining Ray at " + address, echo), _held_interrupt(echo), _kept_sigterm():
             _init_or_raise(f"RAY_ADDRESS={address}", address=address, log_to_driver=True)
         return False
     for name, value in RAY_SETTINGS.items():
@@ -135,6 +135,7 @@ def start_ray(
                 _patient_node_lookup(RAYLET_WAIT_S),
                 _lean_local_node(),
                 _quiet_token_notice(),
+                _kept_sigterm(),
             ):
                 ray.init(
                     num_cpus=num_cpus,
@@ -157,6 +158,19 @@ def start_ray(
                 f"Ray did not start in {time.monotonic() - t0:.0f} s ({_first_line(exc)}); retrying"
             )
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def _kept_sigterm():
+    """Keep this process's SIGTERM handler across `ray.init`: Ray's driver installs a native
+    one that prints a stack and aborts (exit 134), where the command ends a run as Ctrl-C does."""
+    main = threading.current_thread() is threading.main_thread()
+    handler = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        yield
+    finally:
+        if main and handler is not None:
+            signal.signal(signal.SIGTERM, handler)
 
 
 def _first_line(exc: BaseException) -> str:
