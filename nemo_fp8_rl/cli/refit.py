@@ -87,8 +87,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Convert `args.src` into `args.out`; print what was written. The source and the recipe
     are checked before torch and the refit bridge are imported (a wrong path fails at once)."""
     start = time.perf_counter()
-    kind, src = classify(Path(args.src))
-    config = _base_config(args)
+    try:
+        kind, src = classify(Path(args.src))
+        config = _base_config(args)
+    except UserError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
     from nemo_fp8_rl.refit.export import convert_checkpoint
     from nemo_fp8_rl.refit.plan import RefitPlanError
 
