@@ -1,7 +1,7 @@
 """The CPU policy worker (`engines/nemo/cpu/policy_worker.py`) on real megatron-core and NeMo RL.
 
 Built in-process (not through Ray) from a tiny Qwen3 checkpoint made by the embedded engine's
-model code, with the policy section of `tiny/grpo-tiny-qwen3-nemo-cpu-fp8`:
+model code, with the policy section of `tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8`:
 
 * `get_logprobs` equals a transformers forward of the same checkpoint (FP32, FP8 off);
 * `set_fp8_compute` changes the logprobs (emulated FP8) and back, bit for bit;
@@ -29,7 +29,7 @@ import pytest
 import torch
 
 SRC = os.environ.get("NEMO_RL_SRC")
-RECIPE = "tiny/grpo-tiny-qwen3-nemo-cpu-fp8"
+RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8"
 SEQ = 12
 BATCH = 16
 
@@ -97,6 +97,8 @@ def checkpoint(recipe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
 def policy_config(recipe: dict[str, Any], checkpoint: Path, **changes: Any) -> dict[str, Any]:
     cfg = copy.deepcopy(recipe["policy"])
     cfg["model_name"] = cfg["tokenizer"]["name"] = str(checkpoint)
+    cfg["train_global_batch_size"] = BATCH  # one global batch of the test's samples
+    cfg["train_micro_batch_size"] = BATCH // 2
     cfg.update(changes)
     return cfg
 
