@@ -26,8 +26,15 @@ import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import resolve_all
-from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
-from nemo_fp8_rl.config.locations import base_config_path, configs_dir
+from nemo_fp8_rl.config.loader import (
+    MAX_CHAIN_DEPTH,
+    leaf_sources,
+    load_chain,
+    merge,
+    parent_list,
+    read_yaml,
+)
+from nemo_fp8_rl.config.locations import base_config_path, configs_dir, resolve_parent
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
 from nemo_fp8_rl.config.schema import DERIVED, source_of
 
@@ -66,7 +73,7 @@ def is_nemo_rl_config(path: Path) -> bool:
 def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it."""
     path = Path(path).resolve()
-    config, prov = load_chain(path)
+    config, prov = _compose(path)
     if "grpo" not in config:
         issue = ConfigIssue(
             "grpo",
@@ -82,6 +89,32 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     if issues:
         raise RecipeError(str(path), issues)
     return resolved, prov
+
+
+def _compose(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, dict[str, str]]:
+    """`path` over its `defaults:` parents with NeMo RL's `load_config_with_inheritance` rule:
+    `_override_: true` replaces a top-level section; deeper, NeMo RL ignores it (the section
+    merges), so the marker is dropped there."""
+    if path in seen or len(seen) >= MAX_CHAIN_DEPTH:
+        issue = ConfigIssue("defaults", "cycle or too deep a defaults chain", "fix it", str(path))
+        raise RecipeError(str(path), [issue])
+    data = read_yaml(path)
+    merged: dict = {}
+    prov: dict[str, str] = {}
+    for parent in parent_list(data.pop("defaults", None), path):
+        pdata, pprov = _compose(resolve_parent(parent, path).resolve(), (*seen, path))
+        merged, prov = merge(merged, prov, pdata, pprov)
+    for key, value in data.items():
+        if isinstance(value, dict):
+            data[key] = _drop_nested_markers(value, top=True)
+    return merge(merged, prov, data, leaf_sources(data, str(path)))
+
+
+def _drop_nested_markers(node: dict, top: bool = False) -> dict:
+    out = {k: _drop_nested_markers(v) if isinstance(v, dict) else v for k, v in node.items()}
+    if not top:
+        out.pop("_override_", None)
+    return out
 
 
 def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssue]) -> Any:
