@@ -32,6 +32,7 @@ SRC = os.environ.get("NEMO_RL_SRC")
 RECIPE = "tiny/grpo-tiny-qwen3-nemo-cpu-fp8"
 SEQ = 12
 BATCH = 16
+VLLM_SIDE = "nemo_rl.models.generation.vllm"
 
 
 def _skip_reason() -> str | None:
@@ -56,12 +57,17 @@ pytestmark = [
 @pytest.fixture(scope="module", autouse=True)
 def worker_process() -> Any:
     """Leave the test process as found: the workers' process group, model-parallel state,
-    CPU shim and IPC handle binding are process-wide (in a Ray actor, the actor's own)."""
+    CPU shim, IPC handle binding and NeMo RL's vLLM-side modules (imported here without the
+    vLLM stand-in other tests install) are process-wide (in a Ray actor, the actor's own)."""
     from nemo_rl.models.policy import utils as policy_utils
 
     handle = policy_utils.get_handle_from_tensor
     owns_group = not torch.distributed.is_initialized()
+    before = set(sys.modules)
     yield
+    for name in set(sys.modules) - before:  # imported here without the vLLM stand-in
+        if name.startswith(VLLM_SIDE):
+            del sys.modules[name]
     from megatron.core import parallel_state
 
     from nemo_fp8_rl.engines.nemo.cpu import cuda_shim
