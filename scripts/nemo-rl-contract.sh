@@ -3,8 +3,9 @@
 #
 #   scripts/nemo-rl-contract.sh /path/to/nemo-rl [extra pytest args]
 #
-# Builds (once) a Python 3.12 virtual environment with the packages NeMo RL's import chain needs
-# (NeMo RL itself is not installed: its tree goes on PYTHONPATH), then runs the engine's tests
+# Builds (once) the NeMo RL environment (scripts/nemo-rl-env.sh: a Python 3.12 virtual environment
+# with the packages NeMo RL's import chain needs), puts this checkout and the NeMo RL tree first on
+# PYTHONPATH, then runs the engine's tests
 # (tests/test_nemo_*.py) there with NEMO_RL_SRC set, so the `nemo_rl`-marked contract tests run
 # and the other engine tests use NeMo RL's own BatchedDataDict and loss enums.
 #
@@ -20,49 +21,9 @@ fi
 SRC=$(cd "$1" && pwd)
 shift
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+bash "$REPO/scripts/nemo-rl-env.sh" "$SRC" >/dev/null
 ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
-
-runs() {  # runs PYTHON: true when it starts and is >= 3.12 (a pyenv shim may exist yet not run)
-  [[ -n "$1" ]] && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1
-}
-
-find_python() {
-  if [[ -n "${PYTHON312:-}" ]]; then
-    if runs "$PYTHON312"; then echo "$PYTHON312"; return; fi
-    echo "PYTHON312=$PYTHON312 does not run as Python >= 3.12: point it at a working interpreter" >&2
-    exit 2
-  fi
-  local p candidates=()
-  for name in python3.12 python3.13 python3; do
-    p=$(command -v "$name" 2>/dev/null) && candidates+=("$p")
-  done
-  if command -v pyenv >/dev/null; then
-    # pyenv's own interpreters, not its shims (a shim runs only when that version is selected)
-    while IFS= read -r p; do candidates+=("$p"); done < <(
-      ls -d "$(pyenv root)"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V)
-  fi
-  p=$(uv python find '>=3.12' 2>/dev/null) && candidates+=("$p")
-  for p in "${candidates[@]}"; do
-    if runs "$p"; then echo "$p"; return; fi
-  done
-  echo "no working Python >= 3.12 found (tried: ${candidates[*]:-none}): set PYTHON312=/path/to/python3.12" \
-    "(NeMo RL's config classes need >= 3.12)" >&2
-  exit 2
-}
-
-if ! runs "$ENV_DIR/bin/python"; then
-  PY=$(find_python)
-  echo "building the contract environment $ENV_DIR with $PY"
-  uv venv --clear --python "$PY" "$ENV_DIR"
-fi
-# NeMo RL's import chain on CPU (reference: importing NeMo RL on a CPU-only machine), plus what
-# this package and its tests import. transformers < 5.12: NeMo RL asserts it at import time.
-VIRTUAL_ENV="$ENV_DIR" uv pip install --quiet \
-  torch pydantic requests pillow "transformers<5.12" ray pyzmq nvidia-ml-py uvicorn fastapi \
-  mlflow swanlab wandb prometheus_client tensorboard hydra-core torchdata datasets soundfile \
-  tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.19.2" pytest hypothesis \
-  math-verify "accelerate>=0.26"
-
 echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
 cd "$REPO"
 NEMO_RL_SRC="$SRC" PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \

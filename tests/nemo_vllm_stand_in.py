@@ -1,14 +1,13 @@
 """Named CPU stand-ins for the vLLM pieces NeMo RL's vLLM-side refit code imports.
 
-vLLM is a CUDA build and is not installed in the contract environment. NeMo RL's
-`quantization/fp8.py` and `vllm_backend.py` import a few vLLM names at import time (layer
-classes to test with `isinstance`, a Triton namespace, engine classes they patch later) and a
-few inside the refit functions (`set_current_vllm_config`, `process_weights_after_loading`).
-`installed_vllm_stand_in()` puts modules holding only those names into `sys.modules`, imports
-NeMo RL's modules against them, and removes everything it added afterwards (NeMo RL's modules
-too), so other tests see the machine as it is. Nothing NeMo RL computes is replaced: its
-`load_weights`, `_is_fp8_weight`, `cast_tensor_to_fp8_blockwise`, `update_weights_*` and
-packing code run as shipped.
+vLLM is a CUDA build and is not installed in the contract environment. The vLLM names NeMo
+RL's `quantization/fp8.py` and `vllm_backend.py` import live in the package
+(`nemo_fp8_rl.engines.nemo.cpu.vllm_names`, which the CPU generation worker installs in its
+process); `installed_vllm_stand_in()` puts them into `sys.modules`, imports NeMo RL's modules
+against them, and removes everything it added afterwards (NeMo RL's modules too), so other
+tests see the machine as it is. Nothing NeMo RL computes is replaced: its `load_weights`,
+`_is_fp8_weight`, `cast_tensor_to_fp8_blockwise`, `update_weights_*` and packing code run as
+shipped.
 
 `RecordingModel` is the vLLM model: a module tree shaped like vLLM's Qwen3 or Qwen3-MoE (fused
 `qkv_proj` and `gate_up_proj` through `packed_modules_mapping`, router and fused experts, FP8 or
@@ -17,19 +16,34 @@ BF16 per layer) whose `load_weights` records each call's (name, tensor) list.
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import sys
 import types
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from nemo_fp8_rl.engines.nemo.cpu import vllm_names
+from nemo_fp8_rl.engines.nemo.cpu.vllm_names import (
+    Fp8Config as StandInFp8Config,
+)
+from nemo_fp8_rl.engines.nemo.cpu.vllm_names import (
+    ProcessAfterLoading as ProcessAfterLoadingRecorder,
+)
+from nemo_fp8_rl.engines.nemo.cpu.vllm_names import installed as installed_vllm_stand_in
+from nemo_fp8_rl.engines.nemo.cpu.vllm_names import vllm_installed
+
+__all__ = [
+    "ProcessAfterLoadingRecorder",
+    "RecordingModel",
+    "StandInFp8Config",
+    "StandInModelRunner",
+    "installed_vllm_stand_in",
+    "vllm_installed",
+]
+
 FP8 = torch.float8_e4m3fn
 
 
-class StandInLinearBase(torch.nn.Module):
+class StandInLinearBase(vllm_names.LinearBase):
     """vLLM's `LinearBase`: NeMo RL tests `isinstance` and `weight.dtype` (FP8 when quantized)."""
 
     def __init__(self, dtype: torch.dtype) -> None:
@@ -37,48 +51,13 @@ class StandInLinearBase(torch.nn.Module):
         self.weight = torch.nn.Parameter(torch.empty(1, 1, dtype=dtype), requires_grad=False)
 
 
-class StandInRoutedExperts(torch.nn.Module):
+class StandInRoutedExperts(vllm_names.RoutedExperts):
     """vLLM's `FusedMoE` (v0.7.0's vLLM) / `RoutedExperts` (7ea279a's): holds w13/w2 weights."""
 
     def __init__(self, dtype: torch.dtype) -> None:
         super().__init__()
         self.w13_weight = torch.nn.Parameter(torch.empty(1, 1, 1, dtype=dtype), requires_grad=False)
         self.w2_weight = torch.nn.Parameter(torch.empty(1, 1, 1, dtype=dtype), requires_grad=False)
-
-
-class StandInMoERunner(torch.nn.Module):
-    """vLLM 0.25's `MoERunner` (7ea279a): delegates to `routed_experts`."""
-
-
-class StandInFp8Config:
-    """vLLM's block `Fp8Config` (`is_fp8_model` tests `isinstance` and `weight_block_size`)."""
-
-    weight_block_size = [128, 128]
-
-
-class StandInEngineCoreProc:
-    """vLLM's `EngineCoreProc`: NeMo RL keeps a reference to `run_engine_core` at import."""
-
-    @staticmethod
-    def run_engine_core(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("stand-in: no vLLM engine runs here")
-
-
-class StandInCoreEngineProcManager:
-    """vLLM's `CoreEngineProcManager`: NeMo RL keeps a reference to `__init__` at import."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("stand-in: no vLLM engine runs here")
-
-
-class ProcessAfterLoadingRecorder:
-    """vLLM's `process_weights_after_loading` (kernel layouts; GPU work): records the calls."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.calls += 1
 
 
 class RecordingModel(torch.nn.Module):
@@ -137,68 +116,3 @@ class StandInModelRunner:
             model_config=types.SimpleNamespace(architectures=["Qwen3ForCausalLM"]),
             cache_config=types.SimpleNamespace(cache_dtype="auto"),
         )
-
-
-def _modules(recorder: ProcessAfterLoadingRecorder) -> dict[str, types.ModuleType]:
-    """The vLLM modules and names NeMo RL's refit code imports (both snapshots)."""
-    import triton
-    import triton.language as tl
-
-    names: dict[str, dict[str, Any]] = {
-        "vllm": {},
-        "vllm.logger": {"init_logger": logging.getLogger},
-        "vllm.config": {"set_current_vllm_config": lambda *a, **k: contextlib.nullcontext()},
-        "vllm.triton_utils": {"triton": triton, "tl": tl},
-        "vllm.v1": {},
-        "vllm.v1.engine": {},
-        "vllm.v1.engine.core": {"EngineCoreProc": StandInEngineCoreProc},
-        "vllm.v1.engine.utils": {"CoreEngineProcManager": StandInCoreEngineProcManager},
-        "vllm.v1.worker": {},
-        "vllm.v1.worker.gpu_worker": {"Worker": type("StandInWorker", (), {})},
-        "vllm.distributed": {},
-        "vllm.distributed.parallel_state": {"get_pp_group": lambda: None},
-        "vllm.model_executor": {},
-        "vllm.model_executor.model_loader": {},
-        "vllm.model_executor.model_loader.utils": {"process_weights_after_loading": recorder},
-        "vllm.model_executor.layers": {},
-        "vllm.model_executor.layers.linear": {"LinearBase": StandInLinearBase},
-        "vllm.model_executor.layers.fused_moe": {},
-        "vllm.model_executor.layers.fused_moe.layer": {"FusedMoE": StandInRoutedExperts},
-        "vllm.model_executor.layers.fused_moe.routed_experts": {
-            "RoutedExperts": StandInRoutedExperts
-        },
-        "vllm.model_executor.layers.fused_moe.runner": {},
-        "vllm.model_executor.layers.fused_moe.runner.moe_runner": {"MoERunner": StandInMoERunner},
-        "vllm.model_executor.layers.quantization": {},
-        "vllm.model_executor.layers.quantization.fp8": {"Fp8Config": StandInFp8Config},
-    }
-    out = {}
-    for name, attrs in names.items():
-        module = types.ModuleType(name)
-        module.__path__ = []  # a package, so submodules resolve
-        module.__dict__.update(attrs)
-        out[name] = module
-    return out
-
-
-@contextlib.contextmanager
-def installed_vllm_stand_in() -> Iterator[ProcessAfterLoadingRecorder]:
-    """vLLM stand-ins in `sys.modules`; on exit, every module imported meanwhile is removed."""
-    if "vllm" in sys.modules or vllm_installed():
-        raise RuntimeError("vLLM is installed here: run these tests against it, not stand-ins")
-    import triton.language  # noqa: F401  (real Triton, imported before the snapshot: it stays)
-
-    before = set(sys.modules)
-    recorder = ProcessAfterLoadingRecorder()
-    sys.modules.update(_modules(recorder))
-    try:
-        yield recorder
-    finally:
-        for name in set(sys.modules) - before:
-            del sys.modules[name]
-
-
-def vllm_installed() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None

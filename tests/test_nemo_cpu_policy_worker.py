@@ -283,7 +283,7 @@ def test_refit_stream_round_trip(recipe: dict, checkpoint: Path) -> None:
     for name, tensor in got:
         assert tensor.dtype == torch.bfloat16
         assert torch.equal(tensor, saved[name].to(torch.bfloat16)), name
-    assert w.report_device_id().startswith("cpu-") and w.get_free_memory_bytes() > 0
+    assert w.report_device_id().startswith("CPU-") and w.get_free_memory_bytes() > 0
 
 
 def test_trainer_fp8_refit_pairs(recipe: dict, checkpoint: Path) -> None:

@@ -153,3 +153,10 @@ def test_stand_in_list_in_the_docs_is_the_generated_one():
 
     doc = (ROOT / "docs" / "cluster.md").read_text()
     assert markdown() in doc, "regenerate: python -m nemo_fp8_rl.engines.nemo.preflight.stand_ins"
+
+
+def test_cpu_loop_stand_in_list_in_the_docs_is_the_generated_one():
+    from nemo_fp8_rl.engines.nemo.cpu.stand_ins import markdown
+
+    doc = (ROOT / "docs" / "cluster.md").read_text()
+    assert markdown() in doc, "regenerate: python -m nemo_fp8_rl.engines.nemo.cpu.stand_ins"

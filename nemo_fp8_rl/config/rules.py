@@ -104,6 +104,24 @@ def fp8_training_needs_megatron(config: dict, prov: dict[str, str]) -> list[Conf
     return []
 
 
+def megatron_checkpoint_format(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """NeMo RL's `Policy.save_checkpoint` raises at the first checkpoint when a
+    `model_save_format` is set for any worker but DTensor v2 (Megatron included)."""
+    fmt = _get(config, "checkpointing.model_save_format")
+    dtensor_v2 = _get(config, "policy.dtensor_cfg.enabled") and _get(config, "policy.dtensor_cfg._v2")
+    if _get(config, "checkpointing.enabled") and fmt is not None and not dtensor_v2:
+        return [
+            _issue(
+                prov,
+                "checkpointing.model_save_format",
+                f"{fmt!r} is set, and NeMo RL refuses it at the first checkpoint outside DTensor v2 "
+                "(lm_policy.Policy.save_checkpoint: 'model_save_format must be None')",
+                "set checkpointing.model_save_format: null",
+            )
+        ]
+    return []
+
+
 def updates_per_step(config: dict) -> float:
     """Optimiser steps per rollout batch: prompts x generations / global batch size."""
     samples = _get(config, "grpo.num_prompts_per_step", 0) * _get(
@@ -390,6 +408,7 @@ RULES: tuple[Rule, ...] = (
     fp8_rollout_needs_is,
     fp8_kv_cache_requirements,
     fp8_training_needs_megatron,
+    megatron_checkpoint_format,
     batch_sizes_divide,
     calibration_requirements,
     importance_sampling_settings,

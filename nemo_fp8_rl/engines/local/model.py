@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from nemo_fp8_rl.config.project import TinyModelConfig
+from nemo_fp8_rl.engines.sampling import position_ids
 
 
 def quiet_transformers() -> None:
@@ -115,11 +116,6 @@ def load_weights(model: PreTrainedModel, model_dir: str) -> None:
     path = Path(model_dir) / "model.safetensors"
     with torch.no_grad():
         load_untied_state(model, load_file(path), str(path))
-
-
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions of left-padded rows: `cumsum(mask) - 1`, clamped at 0 on padding."""
-    return (attention_mask.cumsum(-1) - 1).clamp(min=0)
 
 
 def token_logprobs(

@@ -19,13 +19,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo import compat
+from nemo_fp8_rl.engines.nemo import compat, worker_faults
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
@@ -224,6 +224,23 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
     )
 
 
+@contextlib.contextmanager
+def _located_faults(recipe: Recipe, run_dir: Path) -> Iterator[None]:
+    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`)."""
+    try:
+        yield
+    except Exception as exc:
+        fault = worker_faults.located(
+            exc,
+            recipe.name,
+            recipe.config["checkpointing"]["checkpoint_dir"],
+            f"nemo_fp8_rl.train --recipe {recipe.path} --engine nemo --run-dir {run_dir} --resume",
+        )
+        if fault is None:
+            raise
+        raise fault from exc
+
+
 def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False) -> None:
     """NeMo RL `setup`, the substitutions, then `grpo_train`; shuts generation down at the end."""
     from nemo_rl.algorithms import grpo
@@ -232,11 +249,14 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
     quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
     if cpu:
-        factory, workers = cpu_loop.policy_factory(quantize_on), cpu_loop.generation_worker()
+        factory, workers = (
+            cpu_loop.policy_factory(quantize_on),
+            cpu_loop.generation_worker(quantize_on),
+        )
     else:
         factory = _policy_factory(calibrated, quantize_on)
         workers = trainer_generation_worker(quantize_on)
-    with workers:
+    with workers, _located_faults(recipe, run_dir):
         setup = grpo.setup(
             prepared.master_config,
             prepared.tokenizer,
@@ -262,7 +282,10 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     logger = MetricsTee(logger, run_dir / "metrics.jsonl")
     try:
-        with checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext():
+        with (
+            _located_faults(recipe, run_dir),
+            checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
+        ):
             grpo.grpo_train(
                 train_policy,
                 policy_generation,

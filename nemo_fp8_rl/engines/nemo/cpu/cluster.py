@@ -52,6 +52,9 @@ def start_ray(num_gpus: int) -> dict[str, Any]:
 
     env = {k: v for k, v in os.environ.items() if _passes(k)}
     start(LOGICAL_CPUS, num_gpus=num_gpus, runtime_env={"env_vars": env})
+    # NeMo RL's memory tracker asks Ray for a memory summary without an address, which fails
+    # ("Found multiple active Ray instances") when another Ray runs on this machine.
+    os.environ["RAY_ADDRESS"] = ray.get_runtime_context().gcs_address
     return dict(ray.cluster_resources())
 
 

