@@ -103,6 +103,7 @@ def checkpoint(recipe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
 def policy_config(recipe: dict[str, Any], checkpoint: Path, **changes: Any) -> dict[str, Any]:
     cfg = copy.deepcopy(recipe["policy"])
     cfg["model_name"] = cfg["tokenizer"]["name"] = str(checkpoint)
+    cfg.update(train_global_batch_size=BATCH, train_micro_batch_size=BATCH // 2)  # 2 microbatches
     cfg.update(changes)
     return cfg
 
@@ -192,8 +193,8 @@ def test_train_step_with_clipped_pg(worker: Any, recipe: dict) -> None:
     first = worker.train(data, loss_fn)
     assert {"global_loss", "grad_norm", "all_mb_metrics", "model_dtype", "gpu_name"} <= set(first)
     metrics = first["all_mb_metrics"]
-    assert metrics["lr"] == [pytest.approx(1e-3)] and "probs_ratio" in metrics
-    assert metrics["global_valid_toks"] == [float(data["token_mask"][:, 1:].sum())]
+    assert metrics["lr"] == [pytest.approx(1e-3)] * 2 and "probs_ratio" in metrics
+    assert metrics["global_valid_toks"] == [float(data["token_mask"][:, 1:].sum())] * 2
     assert float(first["grad_norm"][0]) > 0
     after = worker.model.module.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
