@@ -32,6 +32,7 @@ SRC = os.environ.get("NEMO_RL_SRC")
 RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8"
 SEQ = 12
 BATCH = 16
+VLLM_SIDE = "nemo_rl.models.generation.vllm"
 
 
 def _skip_reason() -> str | None:
@@ -56,12 +57,17 @@ pytestmark = [
 @pytest.fixture(scope="module", autouse=True)
 def worker_process() -> Any:
     """Leave the test process as found: the workers' process group, model-parallel state,
-    CPU shim and IPC handle binding are process-wide (in a Ray actor, the actor's own)."""
+    CPU shim, IPC handle binding and NeMo RL's vLLM-side modules (imported here without the
+    vLLM stand-in other tests install) are process-wide (in a Ray actor, the actor's own)."""
     from nemo_rl.models.policy import utils as policy_utils
 
     handle = policy_utils.get_handle_from_tensor
     owns_group = not torch.distributed.is_initialized()
+    before = set(sys.modules)
     yield
+    for name in set(sys.modules) - before:  # imported here without the vLLM stand-in
+        if name.startswith(VLLM_SIDE):
+            del sys.modules[name]
     from megatron.core import parallel_state
 
     from nemo_fp8_rl.engines.nemo.cpu import cuda_shim
@@ -97,8 +103,7 @@ def checkpoint(recipe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory)
 def policy_config(recipe: dict[str, Any], checkpoint: Path, **changes: Any) -> dict[str, Any]:
     cfg = copy.deepcopy(recipe["policy"])
     cfg["model_name"] = cfg["tokenizer"]["name"] = str(checkpoint)
-    cfg["train_global_batch_size"] = BATCH  # one global batch of the test's samples
-    cfg["train_micro_batch_size"] = BATCH // 2
+    cfg.update(train_global_batch_size=BATCH, train_micro_batch_size=BATCH // 2)  # 2 microbatches
     cfg.update(changes)
     return cfg
 
@@ -188,8 +193,8 @@ def test_train_step_with_clipped_pg(worker: Any, recipe: dict) -> None:
     first = worker.train(data, loss_fn)
     assert {"global_loss", "grad_norm", "all_mb_metrics", "model_dtype", "gpu_name"} <= set(first)
     metrics = first["all_mb_metrics"]
-    assert metrics["lr"] == [pytest.approx(1e-3)] and "probs_ratio" in metrics
-    assert metrics["global_valid_toks"] == [float(data["token_mask"][:, 1:].sum())]
+    assert metrics["lr"] == [pytest.approx(1e-3)] * 2 and "probs_ratio" in metrics
+    assert metrics["global_valid_toks"] == [float(data["token_mask"][:, 1:].sum())] * 2
     assert float(first["grad_norm"][0]) > 0
     after = worker.model.module.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)
@@ -279,7 +284,7 @@ def test_refit_stream_round_trip(recipe: dict, checkpoint: Path) -> None:
     for name, tensor in got:
         assert tensor.dtype == torch.bfloat16
         assert torch.equal(tensor, saved[name].to(torch.bfloat16)), name
-    assert w.report_device_id().startswith("cpu-") and w.get_free_memory_bytes() > 0
+    assert w.report_device_id().startswith("CPU-") and w.get_free_memory_bytes() > 0
 
 
 def test_trainer_fp8_refit_pairs(recipe: dict, checkpoint: Path) -> None:

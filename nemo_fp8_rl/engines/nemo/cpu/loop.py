@@ -87,8 +87,9 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
     data = config.get("data", {})
     if (data.get("default") or {}).get("processor") != "math_hf_data_processor":
         problems.append(
-            "data.default.processor: the CPU loop feeds NeMo RL's ResponseDataset through "
-            "math_hf_data_processor; set it (recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-bf16.yaml)"
+            "data.default.processor is not math_hf_data_processor: this CPU recipe is the "
+            "embedded engine's; run it with --engine local, or run NeMo RL's loop on CPU with a "
+            "recipe under recipes/tiny-nemo/ (NeMo RL's ResponseDataset and math environment)"
         )
     return problems
 
