@@ -21,14 +21,29 @@ def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
+def _one_line(text: str, limit: int = 600) -> str:
+    """A worker exception's message on one line: its lines up to the first traceback line,
+    joined with '; ' (a refusal lists its problems on the lines after the first)."""
+    lines = []
+    for line in text.splitlines():
+        if line.strip().startswith(("Traceback", 'File "')):
+            break
+        if line.strip():
+            lines.append(line.strip().rstrip(":"))
+    joined = "; ".join(lines) or text
+    return joined if len(joined) <= limit else joined[: limit - 3] + "..."
+
+
 def _reason(exc: BaseException) -> tuple[str, str] | None:
     """(worker, reason) for Ray's actor and task errors; None for anything else."""
     import ray.exceptions as rex
 
     if isinstance(exc, rex.RayTaskError):
         cause = exc.cause if getattr(exc, "cause", None) is not None else exc
-        where = getattr(exc, "function_name", "a worker method")
-        return str(where), f"{type(cause).__name__}: {_first_line(str(cause))}"
+        title = str(getattr(exc, "proctitle", "") or "").removeprefix("ray::")
+        where = getattr(exc, "function_name", None) or title or "a worker method"
+        message = _one_line(str(cause)).removeprefix("error: ")
+        return str(where), f"{type(cause).__name__}: {message}"
     if isinstance(exc, rex.RayActorError):
         text = str(exc)
         name = next((w for w in text.split() if "Worker" in w), "a worker")
