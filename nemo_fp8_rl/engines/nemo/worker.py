@@ -17,8 +17,7 @@ import ray
 from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
 
-from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
-from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
+from nemo_fp8_rl.engines.nemo.shadow_controls import ShadowControls
 from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
 from nemo_fp8_rl.engines.nemo.worker_env import TRAINER_FP8_WORKER_FQN, WORKER_FQN
 
@@ -31,25 +30,13 @@ __all__ = [
 RUNTIME_ENV = get_runtime_env_for_policy_worker("megatron_policy_worker")
 
 
-class ShadowWorkerImpl(MegatronPolicyWorkerImpl):
+class ShadowWorkerImpl(ShadowControls, MegatronPolicyWorkerImpl):
     """`MegatronPolicyWorker` plus the two controls the shadow passes need.
 
     `set_fp8_compute` around `get_logprobs` gives the BF16 pass; `hold_lr_schedule` keeps the
     LR schedule to one tick per GRPO step when a calibration step is split into several
     `train` calls.
     """
-
-    def set_fp8_compute(self, enabled: bool) -> int:
-        """FP8 compute on or off for this rank's model chunks; returns configs changed."""
-        if not hasattr(self, "_fp8_switch"):
-            self._fp8_switch = Fp8ComputeSwitch()
-        return self._fp8_switch.set(self.model, enabled)
-
-    def hold_lr_schedule(self, hold: bool) -> bool:
-        """Hold (True) or release (False) this rank's LR/WD scheduler; returns whether it changed."""
-        if not hasattr(self, "_schedule_hold"):
-            self._schedule_hold = ScheduleHold()
-        return self._schedule_hold.set(self.scheduler, hold)
 
 
 @ray.remote(runtime_env=RUNTIME_ENV)  # pragma: no cover

@@ -54,8 +54,7 @@ from nemo_fp8_rl.engines.nemo.cpu import (
 )
 from nemo_fp8_rl.engines.nemo.cpu import megatron_model as mm
 from nemo_fp8_rl.engines.nemo.cpu import worker_setup as setup
-from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
-from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
+from nemo_fp8_rl.engines.nemo.shadow_controls import ShadowControls
 from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
 
 REFIT_STAGING_CAP = 64 * 1024**2  # bytes reported free: NeMo RL stages 30 % of it, twice
@@ -68,7 +67,7 @@ class ExportFacts:
         self.transformer_config = transformer_config
 
 
-class CpuMegatronPolicyWorkerImpl(AbstractPolicyWorker):
+class CpuMegatronPolicyWorkerImpl(ShadowControls, AbstractPolicyWorker):
     """The worker's implementation (Ray actor classes cannot be subclassed; see below)."""
 
     @staticmethod
@@ -118,20 +117,6 @@ class CpuMegatronPolicyWorkerImpl(AbstractPolicyWorker):
         setup.hook_grads(self.model, self.model_config, self.optimizer)
         if weights_path:
             self._load(weights_path, optimizer_path)
-
-    # ---- the project's controls --------------------------------------------------------
-
-    def set_fp8_compute(self, enabled: bool) -> int:
-        """FP8 compute on or off for this rank's model; returns configs changed."""
-        if not hasattr(self, "_fp8_switch"):
-            self._fp8_switch = Fp8ComputeSwitch()
-        return self._fp8_switch.set(self.model, enabled)
-
-    def hold_lr_schedule(self, hold: bool) -> bool:
-        """Hold (True) or release (False) this rank's LR/WD scheduler; returns whether it changed."""
-        if not hasattr(self, "_schedule_hold"):
-            self._schedule_hold = ScheduleHold()
-        return self._schedule_hold.set(self.scheduler, hold)
 
     # ---- training and logprobs ---------------------------------------------------------
 
