@@ -390,7 +390,7 @@ CASES: list[Case] = [
     Case("export-bit-flip-header", "refit", ("export", "{ws}/src", "{ws}/out"), 1, "not a readable safetensors file", lambda ws: _flip_bit(ws.hf() / "model.safetensors", 3)),
     Case("export-unrelated-folder", "refit", ("export", "{ws}/src", "{ws}/out"), 2, "folder holds files that are not an earlier export (paper.pdf)", lambda ws: (ws.hf(), ws.write("out/paper.pdf", "x"))),
     Case("export-out-is-file", "refit", ("export", "{ws}/src", "{ws}/out"), 2, "out: is a file, not a folder", lambda ws: (ws.hf(), ws.write("out", "x"))),
-    Case("export-src-missing", "refit", ("export", "{ws}/nope", "{ws}/out"), 2, "no such checkpoint folder"),
+    Case("export-src-missing", "refit", ("export", "{ws}/nope", "{ws}/out"), 2, "no such file or folder"),
     Case("export-src-no-config", "refit", ("export", "{ws}/src", "{ws}/out"), 2, "no config.json", lambda ws: (ws.hf() / "config.json").unlink()),
     Case("export-src-bad-json", "refit", ("export", "{ws}/src", "{ws}/out"), 2, "config.json: not valid JSON", lambda ws: (ws.hf() / "config.json").write_text("{nope")),
     Case("export-src-quantized", "refit", ("export", "{ws}/out", "{ws}/out2"), 2, "already quantized (fp8)", lambda ws: ws.export("out")),

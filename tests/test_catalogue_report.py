@@ -176,12 +176,14 @@ def test_shape_checks_accept_every_supported_model_config() -> None:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from nemo_fp8_rl.refit.export import hf_shapes
-    from nemo_fp8_rl.refit.source import check_architecture, shape_problems
+    from nemo_fp8_rl.refit.source import SUPPORTED, check_architecture, shape_problems
 
     files = sorted((project_root() / "nemo_fp8_rl/engines/nemo/model_configs").glob("*.json"))
-    assert len(files) >= 5
-    for path in files:
-        config = json.loads(path.read_text())
+    configs = {path: json.loads(path.read_text()) for path in files}
+    # DeepSeek-V3 and Moonlight (MLA) are refit by NeMo RL's path, not the export bridge.
+    exported = {p: c for p, c in configs.items() if set(c.get("architectures", [])) <= set(SUPPORTED)}
+    assert len(exported) >= 5 and len(exported) < len(configs)
+    for path, config in exported.items():
         check_architecture(config, path)
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(AutoConfig.for_model(**config))
