@@ -175,7 +175,9 @@ def _train(run_dir: Path, *extra: str) -> subprocess.Popen:
 def _train_values(run_dir: Path) -> dict[int, dict]:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     return {
-        r["step"]: {k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))}
+        r["step"]: {
+            k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/", "system/"))
+        }
         for r in records
     }
 

@@ -47,10 +47,10 @@ def _run(name: str, run_dir, steps: int, resume: bool = False):
 
 
 def _train_values(records: list[dict]) -> dict[int, dict[str, float]]:
-    """Per step, every metric except timings and throughput (which depend on the machine)."""
+    """Per step, every metric except timings, throughput and load (which depend on the machine)."""
     return {
         r["step"]: {
-            k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/", "step"))
+            k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/", "system/", "step"))
         }
         for r in records
     }
