@@ -158,4 +158,9 @@ def test_train_seeds_takes_a_nemo_config(tmp_path, capsys):
     code = invoke(train_cli.main, ["--recipe", str(src), "--seeds", "1-2", "--dry-run"])
     err = capsys.readouterr().err
     assert "is a NeMo RL config: imported as a recipe" in err
-    assert code == 3 and "needs the NeMo RL engine" in err  # a GPU config, no NeMo RL here
+    from nemo_fp8_rl.engines import nemo
+
+    if nemo.available()[0]:  # the contract environment: NeMo RL can take it
+        assert code == 0
+    else:
+        assert code == 3 and "needs the NeMo RL engine" in err  # a GPU config, no NeMo RL here

@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 SRC = Path(os.environ.get("NEMO_RL_SRC", "."))
-CPU_FOLDERS = ("tiny/", "study/")  # the embedded engine's recipes (cluster.gpus_per_node: 0)
+CPU_FOLDERS = ("tiny/", "tiny-nemo/", "study/")  # CPU recipes (cluster.gpus_per_node: 0)
 GPU_RECIPES = [p for p in find_recipes() if not short_name(p).startswith(CPU_FOLDERS)]
 IDS = [short_name(p) for p in GPU_RECIPES]
 # The large-scale families rehearse one recipe each by default (their BF16 / FP8 variants share

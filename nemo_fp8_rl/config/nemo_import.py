@@ -173,14 +173,31 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
     return Imported(Path(path).resolve(), config, prov, overlays, filled, derived, changed)
 
 
+WHY_CHANGED = {
+    "grpo.val_period": "the same: validation off",
+    "checkpointing.model_save_format": (
+        "NeMo RL's Policy.save_checkpoint refuses a format outside DTensor v2 at the first save"
+    ),
+}
+
+
 def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
-    """NeMo RL values the project spells otherwise: key -> (NeMo RL's value, the recipe's)."""
+    """NeMo RL values the project spells otherwise, or that would stop NeMo RL's own run:
+    key -> (NeMo RL's value, the recipe's); `WHY_CHANGED` says why."""
+    changed: dict[str, tuple[Any, Any]] = {}
     grpo = nemo["grpo"]
     if isinstance(grpo.get("val_period"), int) and grpo["val_period"] < 0:
         # NeMo RL validates only when val_period > 0; the project's spelling of "off" is 0.
-        old, grpo["val_period"] = grpo["val_period"], 0
-        return {"grpo.val_period": (old, 0)}
-    return {}
+        changed["grpo.val_period"], grpo["val_period"] = (grpo["val_period"], 0), 0
+    ckpt, dtensor = (
+        nemo.get("checkpointing") or {},
+        (nemo.get("policy") or {}).get("dtensor_cfg") or {},
+    )
+    v2 = dtensor.get("enabled") and dtensor.get("_v2")
+    if ckpt.get("enabled") and ckpt.get("model_save_format") is not None and not v2:
+        changed["checkpointing.model_save_format"] = (ckpt["model_save_format"], None)
+        ckpt["model_save_format"] = None
+    return changed
 
 
 def _set(tree: dict, dotted: str, value: Any) -> None:
@@ -264,7 +281,7 @@ def to_recipe_text(imported: Imported) -> str:
     for key, value in imported.derived.items():
         head.append(f"# NeMo RL's {key} was {value!r}: here it derives from the run (--run-dir).")
     for key, (old, new) in imported.changed.items():
-        head.append(f"# NeMo RL's {key}: {old!r} is written {new!r} (the same: validation off).")
+        head.append(f"# NeMo RL's {key}: {old!r} is written {new!r} ({WHY_CHANGED[key]}).")
     if imported.overlays:
         head.append(f"# Overlays: {', '.join(f'configs/{o}.yaml' for o in imported.overlays)}")
     if any(src == FP8_IS_SOURCE for src in imported.provenance.values()):
