@@ -386,7 +386,7 @@ def refit(
     try:
         ok = worker.update_weights_via_ipc_zmq()
     finally:
-        thread.join(timeout=180)
+        thread.join(timeout=600)  # a hang, not a loaded machine
         sender.close()
         worker.extension.cleanup()
         del worker.extension.zmq_socket

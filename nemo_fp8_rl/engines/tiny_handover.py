@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 INPUTS = "nemo-inputs"
 CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -30,9 +31,7 @@ CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endf
 def _write_jsonl(path: Path, prompts: list[str], answers: list[str]) -> None:
     """One `{"input", "output"}` object per line (NeMo RL `ResponseDataset`'s default keys)."""
     lines = [json.dumps({"input": p, "output": a}) for p, a in zip(prompts, answers, strict=True)]
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    tmp.replace(path)
+    write_atomic(path, "\n".join(lines) + "\n")
 
 
 def _train_problems(local: Any, count: int) -> tuple[list[str], list[str]]:

@@ -37,6 +37,7 @@ import torch
 
 from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, vllm_names
 from nemo_fp8_rl.engines.nemo.cpu import generation_io as gio
+from nemo_fp8_rl.engines.nemo.cpu import served_model as sm
 from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
 from nemo_fp8_rl.engines.nemo.cpu.served_model import ServedModel, ServedWeightError
 from nemo_fp8_rl.engines.sampling import generate
@@ -47,8 +48,6 @@ GENERATOR_WORKER_FQN = f"{MODULE}.CpuGenerationWorker"
 TRAINER_WORKER_FQN = f"{MODULE}.CpuTrainerFp8GenerationWorker"
 SYNC_VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
 ALL_TAGS = frozenset({"weights", "kv_cache"})
-FP8 = torch.float8_e4m3fn
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
 class CpuGenerationError(RuntimeError):
@@ -307,7 +306,7 @@ class CpuGenerationWorkerImpl:
             ids,
             mask,
             params,
-            batch_generator(self.seed, input_ids, lengths),
+            gio.batch_generator(self.seed, input_ids, lengths),
             stop_ids,
             self.cfg["_pad_token_id"],
             budgets=limit,
@@ -355,7 +354,7 @@ class CpuGenerationWorkerImpl:
         """Check the refit metadata against the served model, then NeMo RL's (or the trainer
         extension's) `prepare_refit_info`; a mismatch raises before any weight moves."""
         model = self._owner("prepare_refit_info")
-        problems = refit_info_problems(model, state_dict_info, self.trainer_quantized)
+        problems = sm.refit_info_problems(model, state_dict_info, self.trainer_quantized)
         if problems:
             raise ServedWeightError("CpuGenerationWorker.prepare_refit_info", problems)
         with self.fp8.globals():
@@ -391,44 +390,6 @@ class CpuGenerationWorkerImpl:
     def init_collective(self, *args: Any, **kwargs: Any) -> None:
         """Non-colocated refit (NCCL) is not implemented on CPU."""
         self.update_weights_from_collective()
-
-
-def batch_generator(seed: int, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Generator:
-    """The sampling generator for one `generate` call: seeded by the worker's seed and the
-    batch's prompts (SHA-256 of their ids), not by how many calls came before, so a run resumed
-    from a checkpoint samples what the uninterrupted run sampled for the same batch."""
-    import hashlib
-
-    digest = hashlib.sha256(str(seed).encode())
-    for row, n in zip(input_ids.tolist(), lengths.tolist(), strict=True):
-        digest.update(repr(row[: int(n)]).encode())
-    return torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little"))
-
-
-def refit_info_problems(
-    model: ServedModel, info: dict[str, Any], trainer_quantized: bool
-) -> list[str]:
-    """Why NeMo RL's refit metadata `{name: (shape, dtype)}` does not fit `model` (empty: it
-    does). Generator side: FP8 layers arrive in higher precision and NeMo RL quantizes them
-    on receipt; trainer side: they arrive as FP8 pairs with their `_scale_inv`."""
-    problems: list[str] = []
-    held = dict(model.named_parameters())
-    for name, (shape, dtype) in info.items():
-        param = held.get(name)
-        if not trainer_quantized and param is not None and param.dtype == FP8:
-            if not dtype.is_floating_point or dtype in FP8_DTYPES:
-                problems.append(f"{name}: dtype {dtype} in a refit the generator quantizes")
-            problems += model.problems(name, shape, FP8)  # the shape against the FP8 weight
-        elif not trainer_quantized and name.endswith("_scale_inv"):
-            problems.append(f"{name}: a scale in a refit the generator quantizes itself")
-        else:
-            problems += model.problems(name, shape, dtype)
-    expected = {n for n in held if trainer_quantized or not n.endswith("_scale_inv")}
-    if model.tied:
-        expected.discard("lm_head.weight")
-    missing = sorted(expected - set(info))
-    problems += [f"{n}: the served model holds it, the refit does not send it" for n in missing]
-    return problems
 
 
 class _RayEntry:
@@ -504,6 +465,5 @@ __all__ = [
     "CpuTrainerFp8GenerationWorker",
     "CpuTrainerFp8GenerationWorkerImpl",
     "cpu_generation_worker",
-    "refit_info_problems",
     "worker_fqn",
 ]

@@ -42,6 +42,7 @@ from nemo_fp8_rl.fp8.emulation import round_to_bf16
 from nemo_fp8_rl.fp8.kv_cache import FP8KVCacheState, enable_fp8_kv_cache_emulation
 
 FP8 = torch.float8_e4m3fn
+FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 BLOCK = 128
 SCALE_SUFFIX = "_scale_inv"
 WEIGHT_SPEC = FP8Spec("e4m3", "blockwise", "fp32")  # dequantize only multiplies by scale_inv
@@ -264,3 +265,29 @@ class ServedModel(nn.Module):
     def config(self) -> Any:
         """The HF config."""
         return self.hf.config
+
+
+def refit_info_problems(
+    model: ServedModel, info: dict[str, Any], trainer_quantized: bool
+) -> list[str]:
+    """Why NeMo RL's refit metadata `{name: (shape, dtype)}` does not fit `model` (empty: it
+    does). Generator side: FP8 layers arrive in higher precision and NeMo RL quantizes them
+    on receipt; trainer side: they arrive as FP8 pairs with their `_scale_inv`."""
+    problems: list[str] = []
+    held = dict(model.named_parameters())
+    for name, (shape, dtype) in info.items():
+        param = held.get(name)
+        if not trainer_quantized and param is not None and param.dtype == FP8:
+            if not dtype.is_floating_point or dtype in FP8_DTYPES:
+                problems.append(f"{name}: dtype {dtype} in a refit the generator quantizes")
+            problems += model.problems(name, shape, FP8)  # the shape against the FP8 weight
+        elif not trainer_quantized and name.endswith("_scale_inv"):
+            problems.append(f"{name}: a scale in a refit the generator quantizes itself")
+        else:
+            problems += model.problems(name, shape, dtype)
+    expected = {n for n in held if trainer_quantized or not n.endswith("_scale_inv")}
+    if model.tied:
+        expected.discard("lm_head.weight")
+    missing = sorted(expected - set(info))
+    problems += [f"{n}: the served model holds it, the refit does not send it" for n in missing]
+    return problems
