@@ -140,3 +140,20 @@ def test_export_takes_the_scheme_from_a_recipe(tmp_path: Path) -> None:
     scale = tensors["model.layers.1.mlp.up_proj.weight_scale_inv"]
     assert torch.equal(scale, torch.exp2(torch.log2(scale).round())), "scales must be powers of 2"
     assert tensors["model.layers.0.mlp.up_proj.weight"].dtype == torch.bfloat16
+
+
+def test_receiver_reads_an_exported_fp8_checkpoint(tmp_path: Path) -> None:
+    """The engine side reads its served FP8 checkpoint's shapes (weights and scales); the
+    export side refuses the same folder as a BF16 source."""
+    from nemo_fp8_rl.refit.export import checkpoint_shapes
+    from nemo_fp8_rl.refit.safe_output import ExportError
+    from nemo_fp8_rl.refit.vllm_receiver import VllmReceiver
+
+    _save_tiny(tmp_path / "src")
+    assert main(["export", str(tmp_path / "src"), str(tmp_path / "out")]) == 0
+    receiver = VllmReceiver(object(), tmp_path / "out")  # an engine is needed only by apply()
+    name = "model.layers.0.mlp.down_proj.weight"
+    assert receiver.shapes[name] == (256, 384)
+    assert receiver.shapes[name + "_scale_inv"] == (2, 3)
+    with pytest.raises(ExportError, match="F8_E4M3"):
+        checkpoint_shapes(tmp_path / "out")

@@ -127,9 +127,12 @@ def read_hf_checkpoint(src: str | Path) -> Iterator[NamedTensor]:
             raise _unreadable(file, exc) from exc
 
 
-def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
+def checkpoint_shapes(src: str | Path, *, bf16_source: bool = True) -> dict[str, tuple[int, ...]]:
     """HF names → shapes of a safetensors checkpoint, read from headers only; the shards must
-    be exactly those its index names, holding exactly the tensors it names (`source`)."""
+    be exactly those its index names, holding exactly the tensors it names (`source`).
+
+    `bf16_source` (an export's input) also refuses scales and non-float dtypes; an engine's
+    served checkpoint (FP8 weights and their scales) is read with `bf16_source=False`."""
     from safetensors import safe_open
 
     shapes: dict[str, tuple[int, ...]] = {}
@@ -141,7 +144,8 @@ def checkpoint_shapes(src: str | Path) -> dict[str, tuple[int, ...]]:
                     if name in found:
                         raise repeated_tensor(file, name, found[name])
                     header = f.get_slice(name)
-                    check_source_tensor(file, name, header.get_dtype())
+                    if bf16_source:
+                        check_source_tensor(file, name, header.get_dtype())
                     shapes[name] = tuple(header.get_shape())
                     found[name] = file.name
         except ExportError:

@@ -79,7 +79,7 @@ class VllmReceiver:
         self, llm: Any, checkpoint_dir: str | Path, refit_dir: str | Path | None = None
     ) -> None:
         self.llm = llm
-        self.shapes = checkpoint_shapes(checkpoint_dir)
+        self.shapes = checkpoint_shapes(checkpoint_dir, bf16_source=False)
         if not self.shapes:
             raise FileNotFoundError(
                 f"{checkpoint_dir}: no safetensors tensors; pass the engine's model dir"
