@@ -72,4 +72,4 @@ if [[ "${1:-}" == "--" ]]; then
   exec "$@"
 fi
 echo "NeMo RL environment: $ENV_DIR; run a command in it with NeMo RL's tree ($SRC) and this"
-echo "checkout on the path:  $0 $SRC -- python -m nemo_fp8_rl.train --recipe tiny/grpo-tiny-qwen3-nemo-cpu-fp8 --engine nemo"
+echo "checkout on the path:  $0 $SRC -- python -m nemo_fp8_rl.train --recipe tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8 --engine nemo"
