@@ -181,7 +181,9 @@ def test_shape_checks_accept_every_supported_model_config() -> None:
     files = sorted((project_root() / "nemo_fp8_rl/engines/nemo/model_configs").glob("*.json"))
     configs = {path: json.loads(path.read_text()) for path in files}
     # DeepSeek-V3 and Moonlight (MLA) are refit by NeMo RL's path, not the export bridge.
-    exported = {p: c for p, c in configs.items() if set(c.get("architectures", [])) <= set(SUPPORTED)}
+    exported = {
+        p: c for p, c in configs.items() if set(c.get("architectures", [])) <= set(SUPPORTED)
+    }
     assert len(exported) >= 5 and len(exported) < len(configs)
     for path, config in exported.items():
         check_architecture(config, path)

@@ -50,7 +50,9 @@ def _train_values(records: list[dict]) -> dict[int, dict[str, float]]:
     """Per step, every metric except timings, throughput and load (which depend on the machine)."""
     return {
         r["step"]: {
-            k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/", "system/", "step"))
+            k: v
+            for k, v in r.items()
+            if not k.startswith(("timing/", "throughput/", "system/", "step"))
         }
         for r in records
     }

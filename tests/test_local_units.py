@@ -236,3 +236,14 @@ def test_progress_without_a_terminal_prints_a_legend_and_lines(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0] == "tiny: GRPO steps 0..20, a line every 2 steps" and LEGEND in lines[1]
     assert lines[2:] == [f"tiny step {k}/20 reward 0.500 clipL- 0.0100" for k in range(2, 21, 2)]
+
+
+def test_async_grpo_is_refused_by_the_embedded_engine_and_loads_for_nemo_rl():
+    """The async CPU recipe loads (NeMo RL's loop runs it, `--engine nemo`); the embedded
+    engine, which is synchronous, refuses it and names that recipe."""
+    cfg = load_recipe("tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off").config
+    with pytest.raises(RecipeError) as err:
+        precision.check_cpu_support(cfg, "tiny")
+    text = str(err.value)
+    assert "grpo.async_grpo.enabled" in text and "--engine nemo" in text
+    assert "policy.generation.vllm_cfg.async_engine" in text

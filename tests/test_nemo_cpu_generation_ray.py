@@ -98,13 +98,14 @@ def test_vllm_generation_serves_and_refits_on_ray(ray_cluster: Any, checkpoint: 
     from test_nemo_cpu_generation_worker import gen_config, metadata, policy_export
 
     from nemo_fp8_rl.engines.nemo.cpu import generation_worker as gw
+    from nemo_fp8_rl.engines.nemo.cpu import worker_choice
 
     cfg = gen_config(checkpoint, precision="fp8")
     ACTOR_ENVIRONMENT_REGISTRY[gw.GENERATOR_WORKER_FQN] = PY_EXECUTABLES.SYSTEM
     cluster = RayVirtualCluster(
         [1], use_gpus=True, max_colocated_worker_groups=2, num_gpus_per_node=1, name="cpugen"
     )
-    with gw.cpu_generation_worker("generator"):
+    with worker_choice.cpu_generation_worker("generator"):
         generation = VllmGeneration(cluster, copy.deepcopy(cfg))
     try:
         pg = cluster.get_placement_groups()[0]

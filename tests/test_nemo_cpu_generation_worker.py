@@ -85,7 +85,7 @@ def nemo() -> Any:
         from nemo_rl.models.generation.vllm.quantization import fp8
         from nemo_rl.models.policy import utils as policy_utils
 
-        from nemo_fp8_rl.engines.nemo.cpu import generation_worker, ipc, served_model
+        from nemo_fp8_rl.engines.nemo.cpu import generation_worker, ipc, served_model, worker_choice
 
         yield types.SimpleNamespace(
             BatchedDataDict=BatchedDataDict,
@@ -96,6 +96,7 @@ def nemo() -> Any:
             gw=generation_worker,
             ipc=ipc,
             served=served_model,
+            choice=worker_choice,
         )
 
 
@@ -518,11 +519,16 @@ def test_vllm_generation_picks_the_cpu_worker_inside_the_block(nemo: Any) -> Non
     module = nemo.vllm_generation
     original = module.resolve_generation_worker_cls
     cfg = {"vllm_cfg": {"async_engine": False}}
-    with nemo.gw.cpu_generation_worker("trainer") as fqn:
+    with nemo.choice.cpu_generation_worker("trainer") as fqn:
         assert module.resolve_generation_worker_cls(nemo.gw.SYNC_VLLM_WORKER_FQN, cfg) == fqn
         assert fqn == nemo.gw.TRAINER_WORKER_FQN
+        async_cfg = {"vllm_cfg": {"async_engine": True}}
+        chosen = module.resolve_generation_worker_cls(
+            nemo.choice.agw.ASYNC_VLLM_WORKER_FQN, async_cfg
+        )
+        assert chosen == nemo.choice.agw.TRAINER_WORKER_FQN
     assert module.resolve_generation_worker_cls is original
-    with nemo.gw.cpu_generation_worker() as fqn, pytest.raises(nemo.gw.CpuGenerationError):
+    with nemo.choice.cpu_generation_worker() as fqn, pytest.raises(nemo.gw.CpuGenerationError):
         module.resolve_generation_worker_cls("some.other.Worker", cfg)
     assert fqn == nemo.gw.GENERATOR_WORKER_FQN
 

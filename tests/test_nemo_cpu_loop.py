@@ -7,8 +7,9 @@ Stood in (`engines.nemo.cpu.stand_ins`): the Megatron and vLLM workers (CPU ones
 megatron-core and transformers), CUDA IPC handles, and Ray's start (one logical GPU).
 
 Each run is a child process of the real CLI. The 5-step run is in the contract suite; the
-10-step run and the faults (a generation worker killed after a checkpoint, then `--resume`; a
-refit stream that disagrees with its metadata) are `slow`.
+10-step run, the faults (a generation worker killed after a checkpoint, then `--resume`; a
+refit stream that disagrees with its metadata) and asynchronous GRPO (NeMo RL's
+`async_grpo_train`, its collector and replay buffer, the collective refit over gloo) are `slow`.
 """
 
 from __future__ import annotations
@@ -33,9 +34,12 @@ RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8"
 HANG_S = 2400  # a hung run, not a slow one: a loaded 2-core machine is slow
 
 
-def _command(run_dir: Path, *extra: str) -> list[str]:
+ASYNC_RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off"
+
+
+def _command(run_dir: Path, *extra: str, recipe: str = RECIPE) -> list[str]:
     return [
-        sys.executable, "-m", "nemo_fp8_rl.cli.train", "--recipe", RECIPE, "--engine", "nemo",
+        sys.executable, "-m", "nemo_fp8_rl.cli.train", "--recipe", recipe, "--engine", "nemo",
         "--run-dir", str(run_dir), "--no-progress", *extra,
     ]  # fmt: skip
 
@@ -46,11 +50,15 @@ def _env(tag: str = "", **extra: str) -> dict[str, str]:
 
 
 def train(
-    run_dir: Path, *extra: str, env: dict[str, str] | None = None
+    run_dir: Path, *extra: str, env: dict[str, str] | None = None, recipe: str = RECIPE
 ) -> subprocess.CompletedProcess:
     """Run the CLI to completion; its output is kept for the failure message."""
     return subprocess.run(
-        _command(run_dir, *extra), env=env or _env(), capture_output=True, text=True, timeout=HANG_S
+        _command(run_dir, *extra, recipe=recipe),
+        env=env or _env(),
+        capture_output=True,
+        text=True,
+        timeout=HANG_S,
     )
 
 
@@ -229,3 +237,27 @@ def test_a_refit_whose_metadata_disagrees_with_the_model_is_refused_on_the_runni
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")][-1]
     assert "prepare_refit_info" in error and "down_proj" in error, error
     assert sorted(train_rows(run_dir)) == [1, 2]
+
+
+@pytest.mark.slow
+def test_async_grpo_shadow_observations_reach_the_calibrator(tmp_path: Path) -> None:
+    """NeMo RL's `async_grpo_train` (trajectories one step old, generation on its own logical
+    GPU through the async engine, refit by the collective path): the shadow passes of steps 1
+    and 3 reach the calibrator, which moves the bounds, and its state is checkpointed."""
+    run_dir = tmp_path / "run"
+    proc = train(
+        run_dir, "grpo.max_num_steps=4", "checkpointing.save_period=4", recipe=ASYNC_RECIPE
+    )
+    ok(proc)
+    assert "Starting async GRPO training" in proc.stdout, proc.stdout[-3000:]
+    steps = train_rows(run_dir)
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert [steps[k]["train/avg_trajectory_age"] for k in (2, 3, 4)] == [1.0, 1.0, 1.0]
+    shadowed = sorted(k for k, row in steps.items() if row.get("train/shadow_tokens", 0) > 0)
+    assert shadowed == [1, 3], shadowed
+    first = steps[1]
+    assert first["train/calib_n_neg"] > 0 and first["train/calib_low_pool_windows"] >= 1
+    assert steps[4]["train/calib_low"] != 0.8 or steps[4]["train/calib_high"] != 1.2, steps[4]
+    handed = (run_dir / "nemo_rl_config.yaml").read_text()
+    assert "async_engine: true" in handed and "gpus_per_node: 2" in handed
+    assert list((run_dir / "checkpoints" / "step_4").rglob("*calibrat*"))

@@ -29,7 +29,12 @@ skip_without_nemo_rl = pytest.mark.skipif(_skip_reason() is not None, reason=str
 
 @pytest.mark.parametrize(
     "fqn",
-    [WORKER_FQN, worker_env.TRAINER_FP8_WORKER_FQN, worker_env.GENERATION_WORKER_FQN],
+    [
+        WORKER_FQN,
+        worker_env.TRAINER_FP8_WORKER_FQN,
+        worker_env.GENERATION_WORKER_FQN,
+        worker_env.ASYNC_GENERATION_WORKER_FQN,
+    ],
 )
 def test_worker_class_path_names_a_ray_actor_class(fqn: str) -> None:
     import ast

@@ -18,8 +18,10 @@ from nemo_fp8_rl.engines.nemo.vllm_refit import (
     scale_shape,
 )
 from nemo_fp8_rl.engines.nemo.worker_env import (
+    ASYNC_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     TRAINER_FP8_WORKER_FQN,
+    VLLM_ASYNC_WORKER_FQN,
     VLLM_WORKER_FQN,
     WORKER_FQN,
 )
@@ -55,9 +57,13 @@ def test_generation_worker_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(refit_workers, "register_worker", lambda *a: registered.append(a) or "py")
     resolve = refit_workers.resolver(lambda default, cfg: default)
     assert resolve(VLLM_WORKER_FQN, {}) == GENERATION_WORKER_FQN
-    assert registered == [(GENERATION_WORKER_FQN, VLLM_WORKER_FQN)]
+    assert resolve(VLLM_ASYNC_WORKER_FQN, {}) == ASYNC_GENERATION_WORKER_FQN
+    assert registered == [
+        (GENERATION_WORKER_FQN, VLLM_WORKER_FQN),
+        (ASYNC_GENERATION_WORKER_FQN, VLLM_ASYNC_WORKER_FQN),
+    ]
     with pytest.raises(refit_workers.GenerationWorkerError, match="quantize_on: generator"):
-        resolve("nemo_rl.x.VllmAsyncGenerationWorker", {})
+        resolve("nemo_rl.modelopt.VllmQuantGenerationWorker", {})
 
 
 def test_scale_grid() -> None:

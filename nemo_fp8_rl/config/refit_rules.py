@@ -70,16 +70,6 @@ def _refusals(config: dict) -> list[tuple[str, str, str]]:
                 f"set {VLLM}.is_mx: false",
             )
         )
-    if _get(config, f"{VLLM}.async_engine"):
-        out.append(
-            (
-                f"{VLLM}.async_engine",
-                "the project's vLLM worker stands in for VllmGenerationWorker only; the async "
-                "engine's VllmAsyncGenerationWorker (vllm_generation.py:189 in v0.7.0, :200 "
-                "in 7ea279a) keeps NeMo RL's loader",
-                f"set {VLLM}.async_engine: false",
-            )
-        )
     if not _get(config, f"{MCORE}.enabled") or _get(config, "policy.dtensor_cfg.enabled"):
         out.append(
             (

@@ -108,7 +108,9 @@ def megatron_checkpoint_format(config: dict, prov: dict[str, str]) -> list[Confi
     """NeMo RL's `Policy.save_checkpoint` raises at the first checkpoint when a
     `model_save_format` is set for any worker but DTensor v2 (Megatron included)."""
     fmt = _get(config, "checkpointing.model_save_format")
-    dtensor_v2 = _get(config, "policy.dtensor_cfg.enabled") and _get(config, "policy.dtensor_cfg._v2")
+    dtensor_v2 = _get(config, "policy.dtensor_cfg.enabled") and _get(
+        config, "policy.dtensor_cfg._v2"
+    )
     if _get(config, "checkpointing.enabled") and fmt is not None and not dtensor_v2:
         return [
             _issue(
@@ -299,18 +301,6 @@ _CPU_REFUSED = (
         "mxfp8",
         "MXFP8 training needs Blackwell GPUs",
         "use blockwise or tensorwise",
-    ),
-    (
-        f"{VLLM}.async_engine",
-        True,
-        "asynchronous generation needs vLLM on a GPU",
-        f"set {VLLM}.async_engine=false",
-    ),
-    (
-        "grpo.async_grpo.enabled",
-        True,
-        "asynchronous GRPO needs vLLM on a GPU",
-        "set grpo.async_grpo.enabled=false",
     ),
 )
 _CPU_PARALLEL = (

@@ -43,6 +43,18 @@ def _train_problems(local: Any, count: int) -> tuple[list[str], list[str]]:
     return problems.prompts, problems.answers
 
 
+def train_prompts(grpo: dict[str, Any]) -> int:
+    """Training prompts the run draws: one batch per step; asynchronous GRPO's collector also
+    generates ahead and drops groups older than `max_trajectory_age_steps`, and it stops the
+    run when its dataloader is exhausted (it does not start another epoch), so it gets
+    NeMo RL's buffer slack (2 x the age) in batches on top."""
+    steps = grpo["max_num_steps"]
+    async_grpo = grpo.get("async_grpo") or {}
+    if async_grpo.get("enabled"):
+        steps += 2 * int(async_grpo.get("max_trajectory_age_steps", 1))
+    return grpo["num_prompts_per_step"] * steps
+
+
 def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
     """Write the warm-started model and the data files; returns their paths (`model`, `train`,
     `validation`) and the warm-up's source (`warmup`: shipped, cache or computed)."""
@@ -64,9 +76,8 @@ def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
     warm = warm_start(model, tokenizer, local, seed)
     model_dir = folder / "model"
     save_checkpoint(model, tokenizer, model_dir)
-    rollout = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["max_num_steps"]
     train = folder / "train.jsonl"
-    _write_jsonl(train, *_train_problems(local, max(rollout, 64)))
+    _write_jsonl(train, *_train_problems(local, max(train_prompts(cfg["grpo"]), 64)))
     val = validation_problems(local.task)
     validation = folder / "validation.jsonl"
     _write_jsonl(validation, val.prompts, val.answers)

@@ -72,6 +72,7 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
             )
         )
     issues += cpu_supported_features(cfg, {})
+    issues += _async_issues(cfg)
     if issues:
         raise RecipeError(recipe_name, issues)
 
@@ -199,3 +200,26 @@ def set_kv_scales(model: nn.Module, scales: list[tuple[float, float]]) -> None:
         raise ValueError(f"got K/V scales for {len(scales)} layers, the model has {len(states)}")
     for state, (k, v) in zip(states, scales, strict=True):
         state.k_scale, state.v_scale = k, v
+
+
+def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
+    """Asynchronous GRPO and the async engine: NeMo RL's loop runs them (`--engine nemo`, also
+    on CPU with a recipe under recipes/tiny-nemo/); the embedded engine is synchronous."""
+    asks = (
+        ("grpo.async_grpo.enabled", (cfg["grpo"].get("async_grpo") or {}).get("enabled")),
+        (
+            "policy.generation.vllm_cfg.async_engine",
+            cfg["policy"]["generation"]["vllm_cfg"].get("async_engine"),
+        ),
+    )
+    return [
+        ConfigIssue(
+            key,
+            "the embedded engine runs synchronous GRPO",
+            f"set {key}=false, or run NeMo RL's asynchronous loop with --engine nemo "
+            "(on CPU: recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off)",
+            "embedded CPU engine",
+        )
+        for key, value in asks
+        if value
+    ]

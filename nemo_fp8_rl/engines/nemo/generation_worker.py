@@ -1,6 +1,7 @@
 """NeMo RL's vLLM generation worker with the trainer-quantized FP8 refit extension.
 
-`refit.quantize_on: trainer` only. Built like NeMo RL's own ModelOpt worker
+`refit.quantize_on: trainer` only, for NeMo RL's synchronous worker and for its async engine's
+(`TrainerFp8VllmAsyncGenerationWorker`, `vllm_cfg.async_engine: true`). Built like NeMo RL's own ModelOpt worker
 (`nemo_rl/modelopt/models/generation/vllm_quant_worker.py`): a `VllmGenerationWorkerImpl`
 whose `_create_engine` names another vLLM worker extension
 (`vllm_extension.TrainerFp8WorkerExtension`), and which forwards PYTHONPATH into vLLM's worker
@@ -16,6 +17,7 @@ from typing import Any
 import ray
 from nemo_rl.distributed.worker_group_utils import get_nsight_config_if_pattern_matches
 from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
+from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
 EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.vllm_extension.TrainerFp8WorkerExtension"
 
@@ -26,11 +28,8 @@ def with_extension(llm_kwargs: dict[str, Any]) -> dict[str, Any]:
     return llm_kwargs
 
 
-@ray.remote(
-    runtime_env={**get_nsight_config_if_pattern_matches("vllm_generation_worker")}
-)  # pragma: no cover
-class TrainerFp8VllmGenerationWorker(VllmGenerationWorkerImpl):
-    """`VllmGenerationWorker` whose vLLM workers load trainer-quantized FP8 pairs as sent."""
+class _TrainerFp8Engine:
+    """What both project workers change: PYTHONPATH forwarded, the project's extension named."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         forwarded = list(kwargs.get("extra_env_vars") or [])
@@ -38,4 +37,20 @@ class TrainerFp8VllmGenerationWorker(VllmGenerationWorkerImpl):
         super().__init__(*args, **kwargs)
 
     def _create_engine(self, llm_kwargs: dict[str, Any]) -> None:
-        super()._create_engine(with_extension(llm_kwargs))
+        super()._create_engine(with_extension(llm_kwargs))  # type: ignore[misc]
+
+
+@ray.remote(
+    runtime_env={**get_nsight_config_if_pattern_matches("vllm_generation_worker")}
+)  # pragma: no cover
+class TrainerFp8VllmGenerationWorker(_TrainerFp8Engine, VllmGenerationWorkerImpl):
+    """`VllmGenerationWorker` whose vLLM workers load trainer-quantized FP8 pairs as sent."""
+
+
+@ray.remote(
+    runtime_env={**get_nsight_config_if_pattern_matches("vllm_async_generation_worker")}
+)  # pragma: no cover
+class TrainerFp8VllmAsyncGenerationWorker(_TrainerFp8Engine, VllmAsyncGenerationWorkerImpl):
+    """`VllmAsyncGenerationWorker` (async engine) with the same extension: its refits call the
+    extension's `update_weights_from_collective` / `_via_ipc_zmq`, whose `_load_weights` is
+    the project's."""

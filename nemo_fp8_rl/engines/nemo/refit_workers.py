@@ -5,11 +5,12 @@ refit runs unchanged. `trainer`: both ends of the refit are the project's:
 
 * policy: `worker.TrainerFp8MegatronPolicyWorker` (the shadow worker whose refit stream carries
   FP8 pairs), passed to NeMo RL's `Policy` as `worker_extension_cls_fqn`;
-* generation: `generation_worker.TrainerFp8VllmGenerationWorker`. `VllmGeneration` is built
+* generation: `generation_worker.TrainerFp8VllmGenerationWorker` (or, with the async engine,
+  `TrainerFp8VllmAsyncGenerationWorker`). `VllmGeneration` is built
   inside `grpo.setup` and picks its worker class through `resolve_generation_worker_cls`
   (imported into `nemo_rl.models.generation.vllm.vllm_generation`), the hook NeMo RL's own
   ModelOpt path uses; `trainer_generation_worker()` answers the project's class there for
-  NeMo RL's synchronous worker while `setup` runs.
+  NeMo RL's synchronous or async worker while `setup` runs.
 
 Each project worker is registered under the interpreter of the NeMo RL worker it extends
 (`worker_env.register_worker`), so NeMo RL's prebuilt environments are reused.
@@ -22,13 +23,21 @@ from collections.abc import Iterator
 from typing import Any
 
 from nemo_fp8_rl.engines.nemo.worker_env import (
+    ASYNC_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     MEGATRON_WORKER_FQN,
     TRAINER_FP8_WORKER_FQN,
+    VLLM_ASYNC_WORKER_FQN,
     VLLM_WORKER_FQN,
     WORKER_FQN,
     register_worker,
 )
+
+# NeMo RL's vLLM worker -> the project's worker extending it (`refit.quantize_on: trainer`)
+REPLACED = {
+    VLLM_WORKER_FQN: GENERATION_WORKER_FQN,
+    VLLM_ASYNC_WORKER_FQN: ASYNC_GENERATION_WORKER_FQN,
+}
 
 
 class GenerationWorkerError(RuntimeError):
@@ -58,21 +67,21 @@ def make_policy_factory(fqn: str | None) -> Any:
 
 
 def resolver(original: Any) -> Any:
-    """`resolve_generation_worker_cls` answering the project's vLLM worker for NeMo RL's sync one."""
+    """`resolve_generation_worker_cls` answering the project's vLLM worker for NeMo RL's
+    synchronous or async one (`REPLACED`)."""
 
     def resolve(default_cls: str, config: dict) -> str:
         chosen = original(default_cls, config)
-        if chosen != VLLM_WORKER_FQN:
+        if chosen not in REPLACED:
             raise GenerationWorkerError(
                 f"error: policy.generation: NeMo RL chose the vLLM worker {chosen}, which "
                 "refit.quantize_on: trainer cannot replace (it extends "
-                f"{VLLM_WORKER_FQN} only). Fix: set refit.quantize_on: generator"
+                f"{' and '.join(REPLACED)} only). Fix: set refit.quantize_on: generator"
             )
-        executable = register_worker(GENERATION_WORKER_FQN, VLLM_WORKER_FQN)
-        print(
-            f"generation worker: {GENERATION_WORKER_FQN} with the vLLM worker's Python {executable}"
-        )
-        return GENERATION_WORKER_FQN
+        project = REPLACED[chosen]
+        executable = register_worker(project, chosen)
+        print(f"generation worker: {project} with the vLLM worker's Python {executable}")
+        return project
 
     return resolve
 

@@ -169,7 +169,7 @@ def _start_ray(recipe: Recipe, cpu: bool) -> None:
     from nemo_fp8_rl.engines.nemo.cpu import cluster
 
     cluster.register_workers(cpu_loop.WORKERS)
-    resources = cluster.start_ray(cpu_loop.LOGICAL_GPUS)
+    resources = cluster.start_ray(cpu_loop.logical_gpus(recipe.config))
     print(f"Ray on CPU with {resources.get('GPU', 0):.0f} logical GPU(s)", flush=True)
 
 

@@ -27,6 +27,10 @@ WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
 TRAINER_FP8_WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.TrainerFp8MegatronPolicyWorker"
 VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
 GENERATION_WORKER_FQN = "nemo_fp8_rl.engines.nemo.generation_worker.TrainerFp8VllmGenerationWorker"
+VLLM_ASYNC_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker_async.VllmAsyncGenerationWorker"
+ASYNC_GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.generation_worker.TrainerFp8VllmAsyncGenerationWorker"
+)
 PROJECT_NAME = "nemo-fp8-rl"
 PATH_DIR = "pythonpath"  # inside the run directory, for an installed package
 

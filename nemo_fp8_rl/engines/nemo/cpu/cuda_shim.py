@@ -19,6 +19,10 @@ process (the Ray actor, or a test that builds the worker in-process):
   (`torch.tensor([1.0], device='cuda')` in `FP32Optimizer.__init__`), `forward_backward_func`
   (`total_num_tokens` in `forward_backward_no_pipelining`) and `finalize_model_grads`.
 
+* `cpu_streams()`: `torch.cuda.Stream()` makes a `CpuStream` and `torch.cuda.stream(s)` is a
+  null context, entered around NeMo RL's `packed_broadcast_producer` / `_consumer` (the
+  non-colocated refit), which double-buffer on CUDA side streams.
+
 Gradient clipping is not shimmed: `clip_grads.clip_grad_by_total_norm_fp32` asserts
 `param.grad.type() == 'torch.cuda.FloatTensor'`, so the worker builds the optimizer with
 `clip_grad=0` and clips itself (`optim.clip_main_grads`).
@@ -61,6 +65,21 @@ def cpu_stream() -> Iterator[None]:
         yield
     finally:
         torch.cuda.current_stream = saved  # type: ignore[assignment]
+
+
+@contextlib.contextmanager
+def cpu_streams() -> Iterator[None]:
+    """CUDA side streams as `CpuStream`s, `torch.cuda.stream(...)` a null context, and the
+    device arguments of `cpu_devices()`, for the duration (see the module docstring)."""
+    saved = torch.cuda.Stream, torch.cuda.stream, torch.cuda.current_stream
+    torch.cuda.Stream = lambda *a, **k: CpuStream()  # type: ignore[assignment,misc]
+    torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
+    torch.cuda.current_stream = lambda *a, **k: CpuStream()  # type: ignore[assignment]
+    try:
+        with cpu_devices():
+            yield
+    finally:
+        torch.cuda.Stream, torch.cuda.stream, torch.cuda.current_stream = saved  # type: ignore[misc]
 
 
 def install() -> None:

@@ -158,13 +158,16 @@ def stopped_rows(gen: Generation, stop_ids: Sequence[int], stop_fn: StopFn | Non
     return last
 
 
-def batch_generator(seed: int, input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Generator:
+def batch_generator(
+    seed: int, input_ids: torch.Tensor, lengths: torch.Tensor, salt: int = 0
+) -> torch.Generator:
     """The sampling generator for one `generate` call: seeded by the worker's seed and the
     batch's prompts (SHA-256 of their ids), not by how many calls came before, so a run resumed
-    from a checkpoint samples what the uninterrupted run sampled for the same batch."""
+    from a checkpoint samples what the uninterrupted run sampled for the same batch. `salt`
+    (the async engine's request number) separates one-prompt requests with equal prompts."""
     import hashlib
 
-    digest = hashlib.sha256(str(seed).encode())
+    digest = hashlib.sha256(str(seed).encode() + (f"/{salt}".encode() if salt else b""))
     for row, n in zip(input_ids.tolist(), lengths.tolist(), strict=True):
         digest.update(repr(row[: int(n)]).encode())
     return torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little"))

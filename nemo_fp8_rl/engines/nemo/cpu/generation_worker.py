@@ -10,7 +10,7 @@ FP8 layers as NeMo RL's vLLM FP8 path loads them, W8A8 and FP8 KV-cache emulatio
 samples with the shared loop (`nemo_fp8_rl.engines.sampling`).
 
 NeMo RL's real `VllmGeneration` builds it through `RayWorkerBuilder`/`RayWorkerGroup` when
-`cpu_generation_worker()` answers NeMo RL's `resolve_generation_worker_cls` hook: the
+`worker_choice.cpu_generation_worker()` answers NeMo RL's `resolve_generation_worker_cls` hook: the
 constructor takes `RayWorkerBuilder`'s arguments, and every method `VllmGeneration` calls on
 its synchronous, colocated workers exists with NeMo RL's name, arguments and return shape.
 Refit arrives through NeMo RL's own receiving code (`extension`): `prepare_refit_info` and
@@ -21,15 +21,15 @@ socket (`cpu.device` names it), with `cpu.ipc` handles in place of CUDA IPC ones
 
 A refit is refused before any weight moves when its metadata does not match the served model
 (`prepare_refit_info`), and a stream that fails midway commits nothing (`served_model`).
-Not implemented (each raises or refuses with a located error): the async engine, tensor or
-pipeline parallelism, non-colocated (collective) refit, MXFP8, `bad_words`.
+Non-colocated generation (asynchronous GRPO) is refitted by NeMo RL's collective path
+(`init_collective`, `update_weights_from_collective`) over a gloo group (`collective`); the
+async engine's methods are in `async_generation_worker`. Not implemented (each raises or
+refuses with a located error): tensor or pipeline parallelism, MXFP8, `bad_words`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 from typing import Any
 
 import ray
@@ -58,14 +58,15 @@ def _refuse(where: str, what: str, fix: str) -> CpuGenerationError:
     return CpuGenerationError(f"error: {where}: {what}. Fix: {fix}")
 
 
-def _check_config(cfg: dict[str, Any]) -> None:
+def _check_config(cfg: dict[str, Any], serves_async_engine: bool) -> None:
     """Refuse the `policy.generation` settings this worker does not implement."""
     vllm = cfg["vllm_cfg"]
-    if vllm.get("async_engine"):
+    if bool(vllm.get("async_engine")) != serves_async_engine:
         raise _refuse(
             "policy.generation.vllm_cfg.async_engine",
-            "the CPU generation worker is synchronous",
-            "set async_engine: false for the CPU loop",
+            f"{vllm.get('async_engine')} reached the "
+            f"{'async' if serves_async_engine else 'synchronous'} CPU generation worker",
+            "let NeMo RL's resolve_generation_worker_cls choose (cpu.worker_choice)",
         )
     if vllm["tensor_parallel_size"] * vllm["pipeline_parallel_size"] != 1:
         raise _refuse(
@@ -85,6 +86,7 @@ class CpuGenerationWorkerImpl:
     """The worker (plain class; `CpuGenerationWorker` is its Ray actor). See the module doc."""
 
     trainer_quantized = False  # refit.quantize_on: trainer (the subclass below)
+    serves_async_engine = False  # vllm_cfg.async_engine: true (async_generation_worker)
 
     def __repr__(self) -> str:
         """The actor's prefix in Ray's logs."""
@@ -121,7 +123,7 @@ class CpuGenerationWorkerImpl:
         defer_model_load: bool = False,
     ) -> None:
         """Load the served model from `config["model_name"]` (NeMo RL's signature)."""
-        _check_config(config)
+        _check_config(config, self.serves_async_engine)
         self.cfg = config
         self.model_name = config["model_name"]
         self.is_model_owner = bundle_indices is not None
@@ -306,13 +308,17 @@ class CpuGenerationWorkerImpl:
             ids,
             mask,
             params,
-            gio.batch_generator(self.seed, input_ids, lengths),
+            self._batch_generator(input_ids, lengths),
             stop_ids,
             self.cfg["_pad_token_id"],
             budgets=limit,
             stop_fn=stop_fn,
         )
         return gen, gio.stopped_rows(gen, stop_ids, stop_fn)
+
+    def _batch_generator(self, input_ids: torch.Tensor, lengths: torch.Tensor) -> Any:
+        """The sampling generator of one call (`generation_io.batch_generator`)."""
+        return gio.batch_generator(self.seed, input_ids, lengths)
 
     def _eos_ids(self) -> list[int]:
         eos = getattr(self._owner("generate").config, "eos_token_id", None)
@@ -379,17 +385,38 @@ class CpuGenerationWorkerImpl:
             )
         return ok
 
-    def update_weights_from_collective(self) -> bool:
-        """Non-colocated refit (NCCL broadcast) is not implemented on CPU."""
-        raise _refuse(
-            "policy.generation.colocated.enabled",
-            "the CPU generation worker receives refits over ZeroMQ only (colocated)",
-            "set policy.generation.colocated.enabled: true",
-        )
+    def init_collective(
+        self, rank_prefix: int, ip: str, port: int, world_size: int, train_world_size: int
+    ) -> None:
+        """Join the non-colocated refit group at NeMo RL's rank (after the training ranks);
+        gloo in place of NCCL (`collective`). The group is the extension's, as in vLLM."""
+        from nemo_fp8_rl.engines.nemo.cpu.collective import GlooRefitGroup, rollout_rank
 
-    def init_collective(self, *args: Any, **kwargs: Any) -> None:
-        """Non-colocated refit (NCCL) is not implemented on CPU."""
-        self.update_weights_from_collective()
+        self._owner("init_collective")
+        rank = rollout_rank(rank_prefix, train_world_size)
+        self.extension.model_update_group = GlooRefitGroup(ip, port, rank, world_size)
+
+    def update_weights_from_collective(self) -> bool:
+        """Receive one refit through NeMo RL's `update_weights_from_collective` (its
+        `packed_broadcast_consumer` into its `_load_weights`); all-or-nothing as over ZeroMQ."""
+        from nemo_fp8_rl.engines.nemo.cpu.collective import cpu_packing
+
+        model = self._owner("update_weights_from_collective")
+        self._require_awake("update_weights_from_collective", frozenset({"weights"}))
+        model.discard_staged()
+        try:
+            with self.fp8.globals(), cpu_packing():
+                ok = bool(self.extension.update_weights_from_collective())
+        finally:
+            if model.staged_names():
+                model.discard_staged()
+                ok = False
+        if not ok:
+            print(
+                f"error: {self!r}.update_weights_from_collective: the refit failed; "
+                "no weight changed"
+            )
+        return ok
 
 
 class _RayEntry:
@@ -429,34 +456,6 @@ def worker_fqn(quantize_on: str) -> str:
     return TRAINER_WORKER_FQN if quantize_on == "trainer" else GENERATOR_WORKER_FQN
 
 
-@contextlib.contextmanager
-def cpu_generation_worker(quantize_on: str = "generator") -> Iterator[str]:
-    """While `grpo.setup` builds `VllmGeneration`, NeMo RL's `resolve_generation_worker_cls`
-    (as imported into `vllm_generation`) answers the CPU worker for NeMo RL's synchronous vLLM
-    worker; yields the class path (register it in NeMo RL's actor-environment registry)."""
-    from nemo_rl.models.generation.vllm import vllm_generation
-
-    fqn = worker_fqn(quantize_on)
-    original = vllm_generation.resolve_generation_worker_cls
-
-    def resolve(default_cls: str, config: dict) -> str:
-        chosen = original(default_cls, config)
-        if chosen != SYNC_VLLM_WORKER_FQN:
-            raise _refuse(
-                "policy.generation",
-                f"NeMo RL chose the generation worker {chosen}; the CPU loop replaces "
-                f"{SYNC_VLLM_WORKER_FQN} only",
-                "use the synchronous vLLM backend (async_engine: false, no quantization worker)",
-            )
-        return fqn
-
-    vllm_generation.resolve_generation_worker_cls = resolve
-    try:
-        yield fqn
-    finally:
-        vllm_generation.resolve_generation_worker_cls = original
-
-
 __all__ = [
     "GENERATOR_WORKER_FQN",
     "TRAINER_WORKER_FQN",
@@ -464,6 +463,5 @@ __all__ = [
     "CpuGenerationWorkerImpl",
     "CpuTrainerFp8GenerationWorker",
     "CpuTrainerFp8GenerationWorkerImpl",
-    "cpu_generation_worker",
     "worker_fqn",
 ]

@@ -5,7 +5,10 @@ A CPU recipe (`cluster.gpus_per_node: 0`) trained with `--engine nemo` runs NeMo
 each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir says what ran:
 
 * `cluster.gpus_per_node: 1`: one logical GPU (`cluster.start_ray`); generation is colocated
-  with training on it, as in NeMo RL's single-GPU recipes;
+  with training on it, as in NeMo RL's single-GPU recipes. A non-colocated recipe
+  (asynchronous GRPO) gets 2: one for training, one for generation
+  (`policy.generation.colocated.resources.gpus_per_node: 1`), refitted by NeMo RL's collective
+  path over gloo (`collective`) and served by the async CPU worker (`async_generation_worker`);
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
   `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
 * the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
@@ -22,9 +25,27 @@ TRAINER_FP8_POLICY_WORKER = f"{PACKAGE}.policy_worker.CpuTrainerFp8MegatronPolic
 GENERATION_WORKERS = [
     f"{PACKAGE}.generation_worker.CpuGenerationWorker",
     f"{PACKAGE}.generation_worker.CpuTrainerFp8GenerationWorker",
+    f"{PACKAGE}.async_generation_worker.CpuAsyncGenerationWorker",
+    f"{PACKAGE}.async_generation_worker.CpuTrainerFp8AsyncGenerationWorker",
 ]
-WORKERS = [POLICY_WORKER, TRAINER_FP8_POLICY_WORKER, *GENERATION_WORKERS]
-LOGICAL_GPUS = 1
+# NeMo RL's own actors of asynchronous GRPO, run in this interpreter like the workers (their
+# registry entry otherwise builds a `uv` environment from NeMo RL's checkout)
+ASYNC_ACTORS = [
+    "nemo_rl.algorithms.async_utils.ReplayBuffer",
+    "nemo_rl.algorithms.async_utils.AsyncTrajectoryCollector",
+]
+WORKERS = [POLICY_WORKER, TRAINER_FP8_POLICY_WORKER, *GENERATION_WORKERS, *ASYNC_ACTORS]
+LOGICAL_GPUS = 1  # colocated; a non-colocated recipe gets one more (`logical_gpus`)
+
+
+def colocated(config: dict[str, Any]) -> bool:
+    """Whether generation shares the training GPU (`policy.generation.colocated.enabled`)."""
+    return bool(config["policy"]["generation"].get("colocated", {}).get("enabled", True))
+
+
+def logical_gpus(config: dict[str, Any]) -> int:
+    """Logical GPUs of the CPU loop: 1 colocated, 2 (train + generation) non-colocated."""
+    return LOGICAL_GPUS if colocated(config) else LOGICAL_GPUS + 1
 
 
 def is_cpu_recipe(config: dict[str, Any]) -> bool:
@@ -35,7 +56,7 @@ def is_cpu_recipe(config: dict[str, Any]) -> bool:
 def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
     """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`)."""
     out = copy.deepcopy(config)
-    out["cluster"]["gpus_per_node"] = LOGICAL_GPUS
+    out["cluster"]["gpus_per_node"] = logical_gpus(config)
     out["cluster"]["num_nodes"] = 1
     policy = out["policy"]
     policy["model_name"] = inputs["model"]
@@ -69,21 +90,13 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
             f"policy.generation.backend: {generation.get('backend')}: the CPU loop serves "
             "generation behind NeMo RL's VllmGeneration; set vllm"
         )
-    if not generation.get("colocated", {}).get("enabled", True):
-        problems.append(
-            "policy.generation.colocated.enabled is false: the CPU loop has one logical GPU; "
-            "set it true"
-        )
-    if generation.get("vllm_cfg", {}).get("async_engine", False):
-        problems.append(
-            "policy.generation.vllm_cfg.async_engine is true: the CPU generation worker is "
-            "synchronous; set it false"
-        )
-    if config["grpo"].get("async_grpo", {}).get("enabled", False):
-        problems.append(
-            "grpo.async_grpo.enabled: the CPU loop runs NeMo RL's synchronous grpo_train (its "
-            "generation worker has no async engine); set it false"
-        )
+    if not colocated(config):
+        resources = generation["colocated"].get("resources") or {}
+        if resources.get("gpus_per_node") != 1 or resources.get("num_nodes") not in (None, 1):
+            problems.append(
+                "policy.generation.colocated.resources: the CPU loop gives non-colocated "
+                "generation one logical GPU; set gpus_per_node: 1 and num_nodes: null"
+            )
     data = config.get("data", {})
     if (data.get("default") or {}).get("processor") != "math_hf_data_processor":
         problems.append(
@@ -109,6 +122,6 @@ def policy_factory(quantize_on: str) -> Any:
 
 def generation_worker(quantize_on: str) -> Any:
     """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
-    from nemo_fp8_rl.engines.nemo.cpu.generation_worker import cpu_generation_worker
+    from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
 
     return cpu_generation_worker(quantize_on)

@@ -14,7 +14,8 @@ This worker implements, with the same argument names and return shapes, the meth
 `train`, `get_logprobs`, `get_reference_policy_logprobs`, `prepare_for_training`,
 `prepare_for_lp_inference`, `finish_inference`, `finish_training`, `offload_before_refit`,
 `offload_after_refit`, `prepare_refit_info`, `stream_weights_via_ipc_zmq`,
-`get_free_memory_bytes`, `report_device_id`, `report_node_ip_and_gpu_id`, `save_checkpoint`,
+`get_free_memory_bytes`, `report_device_id`, `init_collective` and
+`broadcast_weights_for_collective` (non-colocated refit, gloo in place of NCCL: `collective`), `report_node_ip_and_gpu_id`, `save_checkpoint`,
 `finalize_async_save`, `shutdown`, `calibrate_qkv_fp8_scales` (FP8 KV cache); plus the project's `set_fp8_compute` and
 `hold_lr_schedule`. It runs on real megatron-core 0.19.2: a local-spec `GPTModel` built from
 the checkpoint folder `policy.model_name` (`megatron_model`), megatron-core's DDP, its
@@ -270,11 +271,42 @@ class CpuMegatronPolicyWorkerImpl(ShadowControls, AbstractPolicyWorker):
             worker_name=str(self),
         )
 
-    def broadcast_weights_for_collective(self, *args: Any, **kwargs: Any) -> None:
-        raise NotImplementedError(
-            "error: CPU policy worker: refit by collective broadcast (non-colocated generation) "
-            "needs NCCL. Fix: set policy.generation.colocated.enabled=true"
-        )
+    def init_collective(
+        self,
+        ip: str,
+        port: int,
+        world_size: int,
+        *,
+        train_world_size: int,
+        nccl_peer: str = "nemo",
+    ) -> None:
+        """The non-colocated refit group (NeMo RL's rank: this worker's), on gloo (`collective`)."""
+        from nemo_fp8_rl.engines.nemo.cpu.collective import GlooRefitGroup
+
+        self.model_update_group = GlooRefitGroup(ip, port, self.rank, world_size)
+
+    @torch.no_grad()
+    def broadcast_weights_for_collective(
+        self,
+        kv_scales: dict[str, float] | None = None,
+        *,
+        buffer_size_bytes: int | None = None,
+        num_buffers: int | None = None,
+    ) -> None:
+        """NeMo RL's `packed_broadcast_producer` over the refit stream, from rank 0."""
+        from nemo_rl.utils import packed_tensor
+
+        from nemo_fp8_rl.engines.nemo.cpu.collective import cpu_packing
+
+        sizes = {"buffer_size_bytes": buffer_size_bytes, "num_buffers": num_buffers}
+        with cpu_packing():
+            packed_tensor.packed_broadcast_producer(
+                iterator=self._iter_params_with_optional_kv_scales(kv_scales=kv_scales),
+                group=self.model_update_group,
+                src=0,
+                post_iter_func=lambda item: item[1],
+                **{k: v for k, v in sizes.items() if v is not None},  # v0.7.0 takes neither
+            )
 
     # ---- device facts ------------------------------------------------------------------
 

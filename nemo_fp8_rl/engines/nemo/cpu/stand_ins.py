@@ -4,7 +4,9 @@
 test holds the page to it). Everything not listed runs as NeMo RL ships it: `grpo.setup`,
 `grpo_train`, `Policy`, `RayWorkerGroup`, `RayVirtualCluster`, `VllmGeneration`, the
 `ResponseDataset` and `math_hf_data_processor`, the math environment, the checkpoint manager,
-the logger, `stream_weights_via_ipc_zmq_impl`, the project's loss, `ShadowPolicy` and calibrator.
+the logger, `stream_weights_via_ipc_zmq_impl`, the project's loss, `ShadowPolicy` and calibrator;
+with asynchronous GRPO also `async_grpo_train`, `AsyncTrajectoryCollector`, `ReplayBuffer`,
+`packed_broadcast_producer` / `_consumer` and the extension's `update_weights_from_collective`.
 """
 
 from __future__ import annotations
@@ -37,8 +39,21 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "implement the ScaledMM linear layer')",
     ),
     CpuStandIn(
+        "nemo_rl.models.generation.vllm.vllm_worker_async.VllmAsyncGenerationWorker",
+        "cpu.async_generation_worker.CpuAsyncGenerationWorker (the CPU worker with the async "
+        "engine's methods, one request at a time)",
+        "as for VllmGenerationWorker: vLLM's CPU build cannot be NeMo RL's engine here",
+    ),
+    CpuStandIn(
+        "nemo_rl.distributed.stateless_process_group.StatelessProcessGroup (NCCL)",
+        "cpu.collective.GlooRefitGroup: the same TCPStore rendezvous and ranks, broadcast on gloo",
+        "stateless_process_group.py imports nccl.core at module level (No module named "
+        "'nccl'), and NCCL needs a GPU",
+    ),
+    CpuStandIn(
         "nemo_rl.distributed.virtual_cluster.init_ray",
-        "cpu.cluster.start_ray (runs.ray_start with num_gpus=1: one logical GPU)",
+        "cpu.cluster.start_ray (runs.ray_start with num_gpus=1: one logical GPU; 2 when "
+        "generation is not colocated)",
         "init_ray declares no GPUs, so RayVirtualCluster(use_gpus=True) bundles never place "
         "on a CPU machine",
     ),

@@ -1,0 +1,39 @@
+"""Which CPU generation worker NeMo RL's `VllmGeneration` builds: the synchronous one for
+`VllmGenerationWorker`, the async one for `VllmAsyncGenerationWorker` (`async_engine: true`)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from nemo_fp8_rl.engines.nemo.cpu import async_generation_worker as agw
+from nemo_fp8_rl.engines.nemo.cpu import generation_worker as gw
+
+
+@contextlib.contextmanager
+def cpu_generation_worker(quantize_on: str = "generator") -> Iterator[str]:
+    """While `grpo.setup` builds `VllmGeneration`, NeMo RL's `resolve_generation_worker_cls`
+    (as imported into `vllm_generation`) answers the CPU worker for NeMo RL's synchronous vLLM
+    worker, and the async CPU worker for its async one; yields the synchronous class path."""
+    from nemo_rl.models.generation.vllm import vllm_generation
+
+    replaced = {gw.SYNC_VLLM_WORKER_FQN: gw.worker_fqn(quantize_on)}
+    replaced[agw.ASYNC_VLLM_WORKER_FQN] = agw.worker_fqn(quantize_on)
+    original = vllm_generation.resolve_generation_worker_cls
+
+    def resolve(default_cls: str, config: dict) -> str:
+        chosen = original(default_cls, config)
+        if chosen not in replaced:
+            raise gw._refuse(
+                "policy.generation",
+                f"NeMo RL chose the generation worker {chosen}; the CPU loop replaces "
+                f"{' and '.join(replaced)} only",
+                "use NeMo RL's vLLM backend without a quantization worker",
+            )
+        return replaced[chosen]
+
+    vllm_generation.resolve_generation_worker_cls = resolve
+    try:
+        yield replaced[gw.SYNC_VLLM_WORKER_FQN]
+    finally:
+        vllm_generation.resolve_generation_worker_cls = original
