@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The slow tests CI leaves out of its 30 minutes: the default environment's (`uv run pytest -m
+# slow`: multi-step tiny runs, SIGKILL-then-resume, train -> eval -> compare, launches under load,
+# the Slurm job array) and the NeMo RL contract suite's (NeMo RL's loop on CPU for 10 steps, a
+# killed generation worker then --resume, a refused refit, asynchronous GRPO) against one NeMo RL
+# source tree (default: main, unpacked from ../shared/vendor). Start a local Slurm first
+# (`bash scripts/local-slurm.sh up`) for the job-array test, as CI does.
+#
+#   bash scripts/slow_tests.sh [/path/to/nemo-rl]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+src="${1:-}"
+tmp=""
+if [[ -z "$src" && -f ../shared/vendor/nemo-rl-7ea279a.tar.gz ]]; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    tar -xzf ../shared/vendor/nemo-rl-7ea279a.tar.gz -C "$tmp"
+    src="$tmp/nemo-rl"
+fi
+status=0
+echo "== slow tests (default environment)"
+uv run pytest -m slow || status=1
+if [[ -n "$src" ]]; then
+    echo "== slow contract tests (NeMo RL tree: $src)"
+    bash scripts/nemo-rl-contract.sh "$src" -m slow || status=1
+else
+    echo "slow contract tests skipped: no NeMo RL tree given and none in ../shared/vendor" >&2
+fi
+exit $status
