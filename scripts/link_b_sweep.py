@@ -12,7 +12,7 @@ lower-clipped A<0 tokens: mean over the committed seeds of FP8-uncalibrated − 
     python scripts/link_b_sweep.py archive --out runs/link-b     # -> docs/study/link-b/runs
     python scripts/link_b_sweep.py table                          # endpoints per q, from the archive
 
-Runs go one at a time (`--jobs 1`); per-step metrics of finished runs are archived gzip-compressed.
+Runs go `--jobs` at a time (default 1); per-step metrics of finished runs are archived gzip-compressed.
 """
 
 from __future__ import annotations
@@ -65,13 +65,13 @@ def recipe_for(q: float, folder: Path) -> Path:
     return path
 
 
-def run(qs: list[float], seeds: list[int], out: Path) -> int:
-    """Run every (q, seed), q-major, one at a time; returns the number of failed runs."""
+def run(qs: list[float], seeds: list[int], out: Path, jobs: int = 1) -> int:
+    """Run every (q, seed), q-major, `jobs` at a time; returns the number of failed runs."""
     recipes = [recipe_for(q, out / "recipes") for q in qs]
     specs = grid.plan(recipes, seeds, out)
     for spec in specs:
         grid.action(spec)
-    results = grid.run_all(specs, jobs=1)
+    results = grid.run_all(specs, jobs=jobs)
     return sum(r.returncode != 0 for r in results)
 
 
@@ -165,12 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--q", default="1.0,dose,0.3,0.1")
     ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/link-b"))
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
     args = ap.parse_args(argv)
     if args.what == "dose":
         print(f"{fp8_dose():.4f}")
         return 0
     if args.what == "run":
-        return 1 if run(q_values(args.q), parse_seeds(args.seeds), args.out) else 0
+        return 1 if run(q_values(args.q), parse_seeds(args.seeds), args.out, args.jobs) else 0
     if args.what == "archive":
         archive(args.out)
         return 0

@@ -113,12 +113,23 @@ def test_run_paths_are_derived_not_written(tmp_path):
     recipe = load_recipe("tiny/grpo-tiny-qwen3-cpu-bf16", run_dir=tmp_path / "r")
     assert recipe.config["logger"]["log_dir"] == str(tmp_path / "r" / "logs")
     assert recipe.config["logger"]["wandb"]["name"] == "grpo-tiny-qwen3-cpu-bf16"
-    lines = bad(tmp_path, TINY_BF16, "logger:\n  log_dir: /tmp/mine\n")
+    lines = bad(tmp_path, TINY_BF16, "logger:\n  wandb:\n    name: mine\n")
     assert any(
-        "logger.log_dir: is derived from the recipe name and --run-dir, not set by hand" in line
-        and "remove it; use --run-dir" in line
+        "logger.wandb.name: is derived from the recipe name and --run-dir, not set by hand" in line
+        and "remove it; the run name" in line
         for line in lines
     )
+
+
+def test_output_paths_set_by_hand_are_kept(tmp_path, monkeypatch):
+    """NeMo RL configs set `logger.log_dir` / `checkpointing.checkpoint_dir`: kept (absolute
+    from the working directory, as NeMo RL resolves them), the source recorded."""
+    monkeypatch.chdir(tmp_path)
+    recipe = load_recipe(TINY_BF16, ["checkpointing.checkpoint_dir=results/grpo"], run_dir="r")
+    assert recipe.config["checkpointing"]["checkpoint_dir"] == str(tmp_path / "results" / "grpo")
+    assert recipe.provenance["checkpointing.checkpoint_dir"] == "override"
+    assert recipe.config["logger"]["log_dir"] == "r/logs"
+    assert recipe.provenance["logger.log_dir"] == "derived"
 
 
 # --- schema -----------------------------------------------------------------------------------

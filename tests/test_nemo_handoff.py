@@ -84,6 +84,26 @@ def test_run_dir_resume_rules(tmp_path) -> None:
     assert not (tmp_path / "r" / "checkpoints").exists()
 
 
+def test_hand_set_output_paths_are_used_and_never_removed(tmp_path) -> None:
+    """A NeMo RL config's own checkpoint_dir / log_dir: the run writes there; --overwrite
+    refuses to delete checkpoints in it and leaves the (shared) log folder alone."""
+    ckpt, logs = tmp_path / "results" / "grpo", tmp_path / "logs"
+    recipe = load_recipe(
+        "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",
+        [f"checkpointing.checkpoint_dir={ckpt}", f"logger.log_dir={logs}"],
+        run_dir=tmp_path / "r",
+    )
+    run_dir = runner.prepare_run_dir(recipe, resume=False)
+    handed = (run_dir / HANDOFF_FILE).read_text()
+    assert f"checkpoint_dir: {ckpt}" in handed and f"log_dir: {logs}" in handed
+    (ckpt / "step_3").mkdir(parents=True)
+    (logs / "exp_001").mkdir(parents=True)
+    with pytest.raises(runner.EngineConfigError, match="removes only paths derived"):
+        runner.prepare_run_dir(recipe, resume=False, overwrite=True)
+    assert (ckpt / "step_3").is_dir() and (logs / "exp_001").is_dir()
+    assert runner.prepare_run_dir(recipe, resume=True) == run_dir
+
+
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:
     from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
 

@@ -64,7 +64,9 @@ def test_import_keeps_nemo_keys_and_fills_project_sections(tmp_path, capsys):
     assert cfg["policy"]["train_global_batch_size"] == 16
     assert cfg["data"]["default"]["prompt_file"] == "/tmp/data"
     assert all(k in cfg for k in PROJECT_ONLY) and "calibration" in cfg["loss_fn"]
-    assert "checkpoint_dir was 'results/grpo'" in out.read_text()
+    assert cfg["checkpointing"]["checkpoint_dir"] == str(Path.cwd() / "results" / "grpo")
+    assert cfg["logger"]["log_dir"] == str(Path.cwd() / "logs")
+    assert "checkpointing.checkpoint_dir are NeMo RL's, kept" in out.read_text()
 
 
 def test_train_dry_run_takes_a_nemo_config(tmp_path, capsys):
@@ -156,11 +158,14 @@ def test_existing_file_needs_overwrite(tmp_path, capsys):
 def test_train_seeds_takes_a_nemo_config(tmp_path, capsys):
     src = _nemo_shaped(tmp_path, dtensor=False)
     code = invoke(train_cli.main, ["--recipe", str(src), "--seeds", "1-2", "--dry-run"])
-    err = capsys.readouterr().err
+    captured = capsys.readouterr()
+    err = captured.err
     assert "is a NeMo RL config: imported as a recipe" in err
     from nemo_fp8_rl.engines import nemo
 
     if nemo.available()[0]:  # the contract environment: NeMo RL can take it
         assert code == 0
+        out = captured.out
+        assert f"checkpointing.checkpoint_dir={Path.cwd() / 'results' / 'grpo' / 'seed-2'}" in out
     else:
         assert code == 3 and "needs the NeMo RL engine" in err  # a GPU config, no NeMo RL here

@@ -20,6 +20,7 @@ from nemo_fp8_rl.runs.seeds import (
     check_overrides,
     parse_seeds,
     run_seeds,
+    seed_overrides,
     seed_run_dir,
     summary_lines,
     train_command,
@@ -73,6 +74,10 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     for seed in seeds:  # a seed's folder another process trains in: refused before any child
         check_free(seed_run_dir(group, seed))
     engine = choose_engine(base, args.engine)
+    if engine == "local":  # refused before any seed starts, as a single run refuses it
+        from nemo_fp8_rl.engines.local.runner import refuse_hand_set_paths
+
+        refuse_hand_set_paths(base)
     args.actions = seed_actions(
         base, seeds, args.overrides, resume=args.resume, overwrite=args.overwrite
     )
@@ -82,7 +87,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
             base.path,
             seed_run_dir(group, seed),
             seed,
-            args.overrides,
+            seed_overrides(base, seed, args.overrides),
             engine=engine,
             resume=action == "resume",
             overwrite=action == "overwrite",

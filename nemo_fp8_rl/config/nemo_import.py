@@ -36,7 +36,7 @@ from nemo_fp8_rl.config.loader import (
 )
 from nemo_fp8_rl.config.locations import base_config_path, configs_dir, resolve_parent
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
-from nemo_fp8_rl.config.schema import DERIVED, source_of
+from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
 
 FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
 CALIBRATION_OVERLAY = "loss/calibrated-clipping"
@@ -152,7 +152,7 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
     if refusals:
         raise RecipeError(str(path), refusals)
-    derived = {key: _pop(nemo, key) for key in DERIVED if _has(nemo, key)}
+    derived = {key: _pop(nemo, key) for key in DERIVED if key not in PATH_KEYS and _has(nemo, key)}
     changed = _translate(nemo)
     base, base_prov = _base()
     for key, value in ABSENT_IN_NEMO_RL.items():
@@ -280,6 +280,12 @@ def to_recipe_text(imported: Imported) -> str:
     ]
     for key, value in imported.derived.items():
         head.append(f"# NeMo RL's {key} was {value!r}: here it derives from the run (--run-dir).")
+    kept = [k for k in PATH_KEYS if _has(imported.config, k)]
+    if kept:
+        head.append(
+            f"# {' and '.join(kept)} are NeMo RL's, kept: the NeMo RL engine writes there (the "
+            "embedded engine and --seeds refuse them; remove them to put outputs under --run-dir)."
+        )
     for key, (old, new) in imported.changed.items():
         head.append(f"# NeMo RL's {key}: {old!r} is written {new!r} ({WHY_CHANGED[key]}).")
     if imported.overlays:

@@ -22,7 +22,13 @@ from nemo_fp8_rl.config.locations import (
 )
 from nemo_fp8_rl.config.required_keys import check_env_names, check_missing, deleted_keys
 from nemo_fp8_rl.config.rules import check_rules
-from nemo_fp8_rl.config.schema import DERIVED, check_keys, check_values, source_of
+from nemo_fp8_rl.config.schema import (
+    DERIVED,
+    PATH_KEYS,
+    check_keys,
+    check_values,
+    source_of,
+)
 
 __all__ = [
     "Recipe",
@@ -92,7 +98,9 @@ def load_recipe(
     path = resolve_ref(ref).resolve()
     config, prov = load_chain(path)
     issues = apply_overrides(config, list(overrides), prov)
-    issues += [_derived_issue(key, prov[key]) for key in DERIVED if key in prov]
+    issues += [
+        _derived_issue(key, prov[key]) for key in DERIVED if key in prov and key not in PATH_KEYS
+    ]
     name = path.stem
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / name
     _derive(config, prov, name, run_dir)
@@ -126,10 +134,33 @@ def _derived_issue(key: str, source: str) -> ConfigIssue:
 
 
 def _derive(config: dict, prov: dict[str, str], name: str, run_dir: Path) -> None:
-    """Run name and output paths come from the recipe file name (or --run-dir)."""
-    config.setdefault("logger", {})["log_dir"] = str(run_dir / "logs")
+    """Run name and output paths come from the recipe file name (or --run-dir); an output path
+    set by hand (`PATH_KEYS`, as in NeMo RL's configs) is kept, made absolute from here."""
+    logger = config.setdefault("logger", {})
+    checkpointing = config.setdefault("checkpointing", {})
+    paths = {
+        "logger.log_dir": (logger, "log_dir", run_dir / "logs"),
+        "checkpointing.checkpoint_dir": (checkpointing, "checkpoint_dir", run_dir / "checkpoints"),
+    }
+    for key, (node, leaf, default) in paths.items():
+        value = node.get(leaf)
+        if key in prov and isinstance(value, str) and value:
+            node[leaf] = value if "${" in value else str(Path(value).expanduser().absolute())
+        else:
+            node[leaf] = str(default)
+            prov[key] = "derived"
     for backend, key in (("wandb", "name"), ("swanlab", "name"), ("mlflow", "run_name")):
-        config["logger"].setdefault(backend, {})[key] = name
-    config.setdefault("checkpointing", {})["checkpoint_dir"] = str(run_dir / "checkpoints")
+        logger.setdefault(backend, {})[key] = name
     for key in DERIVED:
-        prov[key] = "derived"
+        if key not in PATH_KEYS:
+            prov[key] = "derived"
+
+
+def hand_set_paths(recipe: Recipe, why: str, fix: str) -> list[ConfigIssue]:
+    """One issue per output path (`PATH_KEYS`) the recipe or an override set by hand: `why`
+    a command cannot use it, `fix` what to do instead."""
+    return [
+        ConfigIssue(key, why, fix, recipe.provenance[key])
+        for key in PATH_KEYS
+        if recipe.provenance.get(key, "derived") != "derived"
+    ]

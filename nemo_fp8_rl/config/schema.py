@@ -53,7 +53,10 @@ ABSENT_BY_DEFAULT: dict[str, type] = {
     # utils/logger.py: `WandbConfig.entity` (NotRequired), the W&B team or user of the run.
     "logger.wandb.entity": str,
 }
-# Keys derived from the recipe name (never written by hand).
+# Keys derived from the recipe name and --run-dir. The run name keys are never written by hand;
+# the two output paths (`PATH_KEYS`) are derived unless a recipe or override sets them, as NeMo
+# RL's own configs do (the NeMo RL engine then writes there; the embedded engine refuses them).
+PATH_KEYS = ("logger.log_dir", "checkpointing.checkpoint_dir")
 DERIVED = (
     "logger.log_dir",
     "checkpointing.checkpoint_dir",

@@ -177,7 +177,9 @@ def select_local(run_dir: Path, selector: str) -> Selection:
 
 def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> Selection:
     """A checkpoint of a NeMo RL run; last and best through NeMo RL's `CheckpointManager`."""
-    root = run_dir / "checkpoints"  # checkpointing.checkpoint_dir derives from the run dir
+    root = run_dir / "checkpoints"  # derived from the run dir, unless the recipe set a path
+    if not root.is_dir() and checkpointing.get("checkpoint_dir"):
+        root = Path(checkpointing["checkpoint_dir"])
     metric = checkpointing.get("metric_name") or "val:accuracy"
     infos, bad = _steps(root, "training_info.json")
     _refuse_unreadable(selector, infos, bad, root, "training_info.json")

@@ -23,7 +23,7 @@ from typing import Any
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, flatten, run_progress
-from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_run_dir
+from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_overrides, seed_run_dir
 
 ACTIONS = ("start", "resume", "overwrite")  # the actions that train a seed (`keep` does not)
 
@@ -87,7 +87,8 @@ def seed_actions(
     actions: dict[int, str] = {}
     for seed in seeds:
         run_dir = seed_run_dir(base.run_dir, seed)
-        recipe = load_recipe(base.path, [*overrides, f"{SEED_KEY}={seed}"], run_dir=run_dir)
+        extra = seed_overrides(base, seed, overrides)
+        recipe = load_recipe(base.path, [*extra, f"{SEED_KEY}={seed}"], run_dir=run_dir)
         actions[seed] = seed_action(run_dir, recipe.config, resume=resume, overwrite=overwrite)
     return actions
 

@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from nemo_fp8_rl.config.numbers import NumberTooLong, parse_int
 from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
@@ -147,6 +148,19 @@ class SeedOutcome:
         else:
             state = f"FAILED (exit {self.returncode})"
         return f"seed {self.seed}: {state} after {self.wall_s:.1f} s, log {self.log}"
+
+
+def seed_overrides(base: Any, seed: int, overrides: Sequence[str]) -> list[str]:
+    """`overrides` plus, for each output path set by hand (a NeMo RL config's `log_dir`,
+    `checkpoint_dir`), that path's `seed-<k>` subfolder: seeds never share logs or checkpoints."""
+    from nemo_fp8_rl.config.schema import PATH_KEYS
+
+    out = list(overrides)
+    for key in PATH_KEYS:
+        if base.provenance.get(key, "derived") != "derived":
+            section, leaf = key.split(".")
+            out.append(f"{key}={Path(base.config[section][leaf]) / f'seed-{seed}'}")
+    return out
 
 
 def train_command(

@@ -211,6 +211,21 @@ def say(line: str) -> None:
     print(line, flush=True)
 
 
+def refuse_hand_set_paths(recipe: Recipe) -> None:
+    """The embedded engine keeps a run's logs and checkpoints under its run dir (eval, compare
+    and --resume read them there); a NeMo RL config's own paths are for the NeMo RL engine."""
+    from nemo_fp8_rl.config import RecipeError
+    from nemo_fp8_rl.config.recipe import hand_set_paths
+
+    issues = hand_set_paths(
+        recipe,
+        "the embedded engine writes logs and checkpoints under the run dir",
+        "remove it and use --run-dir DIR (the NeMo RL engine, --engine nemo, writes there)",
+    )
+    if issues:
+        raise RecipeError(recipe.name, issues)
+
+
 def run(
     recipe: Recipe, *, resume: bool = False, progress: bool = True, overwrite: bool = False
 ) -> Path:
@@ -224,6 +239,7 @@ def run(
     """
     cfg = recipe.config
     precision.check_cpu_support(cfg, recipe.name)
+    refuse_hand_set_paths(recipe)
     local = LocalConfig(**cfg["local"])
     torch.set_num_threads(local.num_threads)
     quiet_transformers()

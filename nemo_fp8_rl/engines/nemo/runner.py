@@ -105,8 +105,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     if resume and not existing:
         raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
     if overwrite and not resume:
-        for stale in (ckpt, Path(recipe.config["logger"]["log_dir"])):
-            shutil.rmtree(stale, ignore_errors=True)
+        _clear_outputs(recipe, ckpt, existing)
     run_dir.mkdir(parents=True, exist_ok=True)
     rundir.atomic_write(run_dir / "recipe.yaml", recipe.to_yaml())
     write_handoff(recipe, run_dir)
@@ -157,6 +156,22 @@ def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _
     )
     data = setup_response_data(tokenizer, config.data, config.env)
     return _Prepared(config, tokenizer, data)
+
+
+def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
+    """--overwrite: remove the run's logs and checkpoints. A path set by hand (a NeMo RL
+    config's `checkpoint_dir`, `log_dir`) may be shared with other runs: its logs stay (NeMo RL
+    writes each run to a new `exp_N` there) and checkpoints in it are refused, not removed."""
+    prov = recipe.provenance
+    if prov.get("checkpointing.checkpoint_dir", "derived") != "derived" and existing:
+        raise EngineConfigError(
+            f"{ckpt} (checkpointing.checkpoint_dir, set in {prov['checkpointing.checkpoint_dir']}) "
+            f"holds checkpoints ({existing[-1].name}); --overwrite removes only paths derived from "
+            "the run dir: remove them yourself, or set another checkpoint_dir"
+        )
+    shutil.rmtree(ckpt, ignore_errors=True)
+    if prov.get("logger.log_dir", "derived") == "derived":
+        shutil.rmtree(Path(recipe.config["logger"]["log_dir"]), ignore_errors=True)
 
 
 def _start_ray(recipe: Recipe, cpu: bool) -> None:
