@@ -12,6 +12,13 @@ lower-clipped A<0 tokens: mean over the committed seeds of FP8-uncalibrated − 
     python scripts/link_b_sweep.py archive --out runs/link-b     # -> docs/study/link-b/runs
     python scripts/link_b_sweep.py table                          # endpoints per q, from the archive
 
+The setting search (`--setting NAME`, an overlay in configs/ablation/link-b-settings/) runs the
+same drop in another setting, q = 0 included (its own runs, not the study's):
+
+    python scripts/link_b_sweep.py run --setting lr-x5 --q 0,1 --seeds 1-3 --out runs/link-b
+    python scripts/link_b_sweep.py archive --setting lr-x5 --out runs/link-b
+    python scripts/link_b_sweep.py table --setting lr-x5
+
 Runs go `--jobs` at a time (default 1); per-step metrics of finished runs are archived gzip-compressed.
 """
 
@@ -36,6 +43,17 @@ OVERLAY = ROOT / "configs" / "ablation" / "negative-gradient-drop.yaml"
 STUDY_RUNS = ROOT / "docs" / "study" / "runs"
 ARCHIVE = ROOT / "docs" / "study" / "link-b" / "runs"
 PREFIX = "grpo-study-bf16-negdrop-q"
+SETTINGS = ROOT / "configs" / "ablation" / "link-b-settings"
+SETTINGS_ARCHIVE = ROOT / "docs" / "study" / "link-b" / "settings"
+
+
+def prefix(setting: str | None) -> str:
+    """Run-name prefix: the study's drop runs, or `<setting>-` before it."""
+    return PREFIX if setting is None else f"{setting}-{PREFIX}"
+
+
+def archive_of(setting: str | None) -> Path:
+    return ARCHIVE if setting is None else SETTINGS_ARCHIVE / setting / "runs"
 
 
 def fp8_dose(runs: Path = STUDY_RUNS) -> float:
@@ -53,21 +71,25 @@ def q_values(text: str) -> list[float]:
     return [round(fp8_dose(), 3) if t == "dose" else float(t) for t in text.split(",")]
 
 
-def recipe_for(q: float, folder: Path) -> Path:
-    """A recipe file: the BF16 study recipe plus the overlay at drop share q."""
+def recipe_for(q: float, folder: Path, setting: str | None = None) -> Path:
+    """A recipe file: the BF16 study recipe (plus a setting overlay) and the drop at share q."""
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{PREFIX}{q:g}.yaml"
+    path = folder / f"{prefix(setting)}{q:g}.yaml"
+    extra = "" if setting is None else f"  - {SETTINGS / (setting + '.yaml')}\n"
     path.write_text(
-        f"# Link-B ablation (not FP8): BF16 study recipe, negative-gradient drop q = {q:g}\n"
-        f"defaults:\n  - {BASE}\n  - {OVERLAY}\n"
+        f"# Link-B ablation (not FP8): BF16 study recipe, negative-gradient drop q = {q:g}"
+        f"{'' if setting is None else ', setting ' + setting}\n"
+        f"defaults:\n  - {BASE}\n{extra}  - {OVERLAY}\n"
         f"loss_fn:\n  ablation:\n    negative_gradient_drop_q: {q!r}\n"
     )
     return path
 
 
-def run(qs: list[float], seeds: list[int], out: Path, jobs: int = 1) -> int:
+def run(
+    qs: list[float], seeds: list[int], out: Path, jobs: int = 1, setting: str | None = None
+) -> int:
     """Run every (q, seed), q-major, `jobs` at a time; returns the number of failed runs."""
-    recipes = [recipe_for(q, out / "recipes") for q in qs]
+    recipes = [recipe_for(q, out / "recipes", setting) for q in qs]
     specs = grid.plan(recipes, seeds, out)
     for spec in specs:
         grid.action(spec)
@@ -75,10 +97,10 @@ def run(qs: list[float], seeds: list[int], out: Path, jobs: int = 1) -> int:
     return sum(r.returncode != 0 for r in results)
 
 
-def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
-    """Copy the finished runs' metrics (gzip) and recipes to `dest`; returns what was written."""
-    written = []
-    for metrics in sorted(out.glob(f"{PREFIX}*/seed-*/metrics.jsonl")):
+def archive(out: Path, setting: str | None = None) -> list[Path]:
+    """Copy the finished runs' metrics (gzip) to the setting's archive; returns what was written."""
+    dest, written = archive_of(setting), []
+    for metrics in sorted(out.glob(f"{prefix(setting)}[0-9]*/seed-*/metrics.jsonl")):
         run_dir = metrics.parent
         records = analysis.read_records(run_dir)
         steps = max(r["step"] for r in records)
@@ -106,13 +128,16 @@ ENDPOINTS = (
 )
 
 
-def collect(archive: Path = ARCHIVE) -> dict[float, dict[int, dict]]:
-    """`{q: {seed: summary}}`: q = 0 from the committed BF16 study runs, the rest archived."""
+def collect(setting: str | None = None) -> dict[float, dict[int, dict]]:
+    """`{q: {seed: summary}}`: for the study, q = 0 from the committed BF16 study runs; in a
+    setting, every q from its own archived runs."""
     out: dict[float, dict[int, dict]] = {}
-    base = STUDY_RUNS / "grpo-study-bf16"
-    out[0.0] = {int(d.name[5:]): analysis.summarize(d) for d in sorted(base.glob("seed-*"))}
-    for folder in sorted(archive.glob(f"{PREFIX}*")):
-        q = float(folder.name[len(PREFIX) :])
+    if setting is None:
+        base = STUDY_RUNS / "grpo-study-bf16"
+        out[0.0] = {int(d.name[5:]): analysis.summarize(d) for d in sorted(base.glob("seed-*"))}
+    head = prefix(setting)
+    for folder in sorted(archive_of(setting).glob(f"{head}[0-9]*")):
+        q = float(folder.name[len(head) :])
         out[q] = {int(d.name[5:]): analysis.summarize(d) for d in sorted(folder.glob("seed-*"))}
     return out
 
@@ -133,9 +158,9 @@ def slope(per_q: dict[float, dict[int, dict]], key: str) -> analysis.Interval:
     return analysis.mean_interval(slopes)
 
 
-def markdown(archive: Path = ARCHIVE) -> str:
+def markdown(setting: str | None = None) -> str:
     """Per q: seeds, measured drop share, each endpoint's mean; then each endpoint's slope in q."""
-    per_q = collect(archive)
+    per_q = collect(setting)
     head = " | ".join(label for _, label in ENDPOINTS)
     lines = [
         f"| q | seeds | measured drop share of A<0 | {head} |",
@@ -159,23 +184,41 @@ def markdown(archive: Path = ARCHIVE) -> str:
     return "\n".join(lines)
 
 
+SETTINGS_BEGIN, SETTINGS_END = "<!-- link-b-settings:begin -->", "<!-- link-b-settings:end -->"
+
+
+def settings_markdown() -> str:
+    """One table per archived setting of the search (its overlay named), in name order."""
+    parts = []
+    for folder in sorted(SETTINGS_ARCHIVE.glob("*/runs")):
+        name = folder.parent.name
+        parts.append(f"Setting `{name}` (configs/ablation/link-b-settings/{name}.yaml):\n")
+        parts.append(markdown(name) + "\n")
+    return "\n".join(parts).strip()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["run", "archive", "table", "dose"])
+    ap.add_argument("what", choices=["run", "archive", "table", "settings", "dose"])
     ap.add_argument("--q", default="1.0,dose,0.3,0.1")
     ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/link-b"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
+    ap.add_argument("--setting", help="a setting of the search (configs/ablation/link-b-settings)")
     args = ap.parse_args(argv)
     if args.what == "dose":
         print(f"{fp8_dose():.4f}")
         return 0
     if args.what == "run":
-        return 1 if run(q_values(args.q), parse_seeds(args.seeds), args.out, args.jobs) else 0
+        failed = run(q_values(args.q), parse_seeds(args.seeds), args.out, args.jobs, args.setting)
+        return 1 if failed else 0
     if args.what == "archive":
-        archive(args.out)
+        archive(args.out, args.setting)
         return 0
-    print(markdown())
+    if args.what == "settings":
+        print(settings_markdown())
+        return 0
+    print(markdown(args.setting))
     return 0
 
 

@@ -87,6 +87,8 @@ def test_link_b_table_matches_the_committed_ablation_runs():
     spec.loader.exec_module(link_b)
     begin, end = "<!-- link-b-table:begin -->", "<!-- link-b-table:end -->"
     assert _block(ROOT / "docs/study/README.md", begin, end) == link_b.markdown().strip()
+    settings = _block(ROOT / "docs/study/README.md", link_b.SETTINGS_BEGIN, link_b.SETTINGS_END)
+    assert settings == link_b.settings_markdown()
 
 
 def test_launch_table_matches_the_committed_launches():
