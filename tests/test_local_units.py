@@ -241,7 +241,7 @@ def test_progress_without_a_terminal_prints_a_legend_and_lines(capsys):
 def test_async_grpo_is_refused_by_the_embedded_engine_and_loads_for_nemo_rl():
     """The async CPU recipe loads (NeMo RL's loop runs it, `--engine nemo`); the embedded
     engine, which is synchronous, refuses it and names that recipe."""
-    cfg = load_recipe("tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off").config
+    cfg = load_recipe("tiny-nemo/grpo-tiny-qwen3-nemo-cpu-async-1off-fp8").config
     with pytest.raises(RecipeError) as err:
         precision.check_cpu_support(cfg, "tiny")
     text = str(err.value)

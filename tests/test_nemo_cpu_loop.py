@@ -34,7 +34,7 @@ RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8"
 HANG_S = 2400  # a hung run, not a slow one: a loaded 2-core machine is slow
 
 
-ASYNC_RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off"
+ASYNC_RECIPE = "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-async-1off-fp8"
 
 
 def _command(run_dir: Path, *extra: str, recipe: str = RECIPE) -> list[str]:

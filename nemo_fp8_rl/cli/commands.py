@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "refit": "export a checkpoint in the generation engine's FP8 layout",
     "study": "the CPU mechanism study over seeds, with its report",
     "env": "versions, GPUs and optional stacks, for a bug report",
+    "completion": "a bash completion script for every command (eval it or save it)",
 }
 
 

@@ -217,7 +217,7 @@ def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
             key,
             "the embedded engine runs synchronous GRPO",
             f"set {key}=false, or run NeMo RL's asynchronous loop with --engine nemo "
-            "(on CPU: recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8-async-1off)",
+            "(on CPU: recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-async-1off-fp8)",
             "embedded CPU engine",
         )
         for key, value in asks
