@@ -231,6 +231,7 @@ CASES: list[Case] = [
     Case("export-empty-ignore-keyword", "refit", ("export", "{ws}/src", "{ws}/out", "--ignore", ""), 2, "holds an empty or non-text keyword, which every layer name contains", lambda ws: ws.hf("src")),
     # ---- logging endpoints probed before Ray starts ---------------------------------------------
     Case("mlflow-uri-dead", "train", (*RUN, "logger.mlflow_enabled=true", "logger.mlflow.tracking_uri=http://127.0.0.1:1"), 1, "MLflow (logger.mlflow.tracking_uri=http://127.0.0.1:1): nothing answers at 127.0.0.1:1", subprocess=True),
+    Case("mlflow-env-uri-dead", "train", (*RUN, "logger.mlflow_enabled=true", "logger.mlflow.tracking_uri=null"), 1, "MLflow (MLFLOW_TRACKING_URI=http://127.0.0.1:1): nothing answers at 127.0.0.1:1", env={"MLFLOW_TRACKING_URI": "http://127.0.0.1:1"}),
     Case("wandb-online-host-dead", "train", (*RUN, "logger.wandb_enabled=true"), 1, "W&B (http://127.0.0.1:1): nothing answers at 127.0.0.1:1", env={"WANDB_MODE": "online", "WANDB_BASE_URL": "http://127.0.0.1:1"}),
     # ---- what was wrongly refused, or silently dropped ------------------------------------------
     Case("cp-quoted-defaults-key", "recipes", ("cp", "{ws}/q.yaml", "{ws}/mine.yaml"), 0, "", lambda ws: ws.write("q.yaml", f'"defaults": {T}\ngrpo:\n  max_num_steps: 7\n'), changes=True, stdout="wrote {ws}/mine.yaml"),
