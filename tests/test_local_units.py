@@ -247,3 +247,25 @@ def test_async_grpo_is_refused_by_the_embedded_engine_and_loads_for_nemo_rl():
     text = str(err.value)
     assert "grpo.async_grpo.enabled" in text and "--engine nemo" in text
     assert "policy.generation.vllm_cfg.async_engine" in text
+
+
+def test_a_warmup_that_misses_its_band_is_a_located_setting_error():
+    """Three-digit addition needs more warm-up than the band allows here: the error names
+    local.warmup and what to change, and is a user error (not reported as a bug)."""
+    from nemo_fp8_rl.config.project import LocalConfig, WarmupConfig
+    from nemo_fp8_rl.config.user_error import UserError
+    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.engines.local.warmup import WarmupError, train_warmup
+
+    local = LocalConfig(
+        warmup=WarmupConfig(
+            target_accuracy=(0.9, 1.0), max_steps=2, eval_every=1, eval_size=8, batch_size=8
+        )
+    )
+    tokenizer = build_tokenizer()
+    model = build_model(local.model, tokenizer, seed=0)
+    with pytest.raises(WarmupError) as err:
+        train_warmup(model, tokenizer, local, seed=0)
+    assert isinstance(err.value, UserError)
+    assert str(err.value).startswith("local.warmup: max_steps passed below the band")
+    assert "Fix: raise local.warmup.max_steps" in str(err.value)

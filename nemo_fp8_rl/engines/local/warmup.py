@@ -21,6 +21,7 @@ from safetensors.torch import load_file
 from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.local import warmup_store
 from nemo_fp8_rl.engines.local.model import load_untied_state, token_logprobs, untied_state
 from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
@@ -30,8 +31,9 @@ from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_promp
 WARMUP_EVAL_SEED_OFFSET = 7_777
 
 
-class WarmupError(RuntimeError):
-    """The warm-up did not end in its target accuracy band."""
+class WarmupError(UserError, RuntimeError):
+    """The warm-up did not end in its target accuracy band: a setting to change (exit 1),
+    not a bug."""
 
 
 def _sft_batch(
@@ -86,10 +88,11 @@ def greedy_accuracy(
 def _band_error(cfg, steps: int, acc: float, why: str) -> WarmupError:
     lo, hi = cfg.target_accuracy
     return WarmupError(
-        f"local.warmup: {why} (accuracy {acc:.3f} after {steps} steps, target band "
-        f"[{lo}, {hi}]). Fix: raise local.warmup.max_steps or local.warmup.lr to reach it, "
-        "lower local.warmup.eval_every to check more often, widen "
-        "local.warmup.target_accuracy, or set it to null and use local.warmup.steps."
+        "local.warmup",
+        f"{why} (accuracy {acc:.3f} after {steps} steps, target band [{lo}, {hi}])",
+        "raise local.warmup.max_steps or local.warmup.lr to reach it, lower "
+        "local.warmup.eval_every to check more often, widen local.warmup.target_accuracy, or "
+        "set it to null and use local.warmup.steps",
     )
 
 
