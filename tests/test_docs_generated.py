@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from nemo_fp8_rl.config import load_recipe
+
 from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.study import main as study_main
 from nemo_fp8_rl.study.report import BEGIN, END
@@ -108,10 +110,12 @@ def test_the_readme_holds_no_table_without_committed_data():
 def test_study_runs_started_from_the_shipped_warmups():
     from nemo_fp8_rl.study.analysis import read_records
 
+    study = load_recipe(ROOT / "recipes/study/grpo-study-bf16.yaml").config["local"]
     shipped = {}
     for meta in (ROOT / "data/warmup").glob("*/meta.json"):
         info = json.loads(meta.read_text())
-        shipped[info["seed"]] = (info["steps"], info["accuracy"])
+        if info["config"]["model"] == study["model"] and info["config"]["task"] == study["task"]:
+            shipped[info["seed"]] = (info["steps"], info["accuracy"])
     for run in (ROOT / "docs/study/runs").glob("*/seed-*"):
         start = read_records(run)[0]
         seed = int(run.name.split("-")[1])
