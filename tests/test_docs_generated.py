@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from nemo_fp8_rl.config import load_recipe
-
 from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.study import main as study_main
+from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.study.report import BEGIN, END
 
 ROOT = Path(__file__).resolve().parents[1]
