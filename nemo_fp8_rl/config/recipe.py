@@ -162,5 +162,10 @@ def hand_set_paths(recipe: Recipe, why: str, fix: str) -> list[ConfigIssue]:
     return [
         ConfigIssue(key, why, fix, recipe.provenance[key])
         for key in PATH_KEYS
-        if recipe.provenance.get(key, "derived") != "derived"
+        if set_by_hand(recipe, key)
     ]
+
+
+def set_by_hand(recipe: Recipe, key: str) -> bool:
+    """Whether an output path (`PATH_KEYS`) came from a recipe file or override, not derived."""
+    return recipe.provenance.get(key, "derived") != "derived"

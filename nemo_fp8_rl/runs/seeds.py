@@ -153,11 +153,12 @@ class SeedOutcome:
 def seed_overrides(base: Any, seed: int, overrides: Sequence[str]) -> list[str]:
     """`overrides` plus, for each output path set by hand (a NeMo RL config's `log_dir`,
     `checkpoint_dir`), that path's `seed-<k>` subfolder: seeds never share logs or checkpoints."""
+    from nemo_fp8_rl.config.recipe import set_by_hand
     from nemo_fp8_rl.config.schema import PATH_KEYS
 
     out = list(overrides)
     for key in PATH_KEYS:
-        if base.provenance.get(key, "derived") != "derived":
+        if set_by_hand(base, key):
             section, leaf = key.split(".")
             out.append(f"{key}={Path(base.config[section][leaf]) / f'seed-{seed}'}")
     return out

@@ -162,15 +162,17 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
     """--overwrite: remove the run's logs and checkpoints. A path set by hand (a NeMo RL
     config's `checkpoint_dir`, `log_dir`) may be shared with other runs: its logs stay (NeMo RL
     writes each run to a new `exp_N` there) and checkpoints in it are refused, not removed."""
-    prov = recipe.provenance
-    if prov.get("checkpointing.checkpoint_dir", "derived") != "derived" and existing:
+    from nemo_fp8_rl.config.recipe import set_by_hand
+
+    if set_by_hand(recipe, "checkpointing.checkpoint_dir") and existing:
+        source = recipe.provenance["checkpointing.checkpoint_dir"]
         raise EngineConfigError(
-            f"{ckpt} (checkpointing.checkpoint_dir, set in {prov['checkpointing.checkpoint_dir']}) "
+            f"{ckpt} (checkpointing.checkpoint_dir, set in {source}) "
             f"holds checkpoints ({existing[-1].name}); --overwrite removes only paths derived from "
             "the run dir: remove them yourself, or set another checkpoint_dir"
         )
     shutil.rmtree(ckpt, ignore_errors=True)
-    if prov.get("logger.log_dir", "derived") == "derived":
+    if not set_by_hand(recipe, "logger.log_dir"):
         shutil.rmtree(Path(recipe.config["logger"]["log_dir"]), ignore_errors=True)
 
 

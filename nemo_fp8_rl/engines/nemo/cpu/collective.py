@@ -45,7 +45,12 @@ class GlooRefitGroup:
         probe = torch.ones(1) if rank == 0 else torch.zeros(1)
         self.broadcast(probe, 0)  # NeMo RL's warm-up: rank 0 broadcasts a one
         if probe.item() != 1.0:
-            raise RuntimeError(f"refit group: rank {rank} received {probe.item()} in the probe")
+            raise RuntimeError(
+                f"error: refit group at {master_address}:{port}: rank {rank} of {world_size} "
+                f"received {probe.item()} in the warm-up broadcast, not rank 0's 1.0. Fix: every "
+                "training and generation rank must join with the same address, port and world "
+                "size (NeMo RL's init_collective on both sides)"
+            )
 
     def broadcast(self, tensor: torch.Tensor, src: int, stream: Any = None) -> None:
         """In-place broadcast of `tensor` from rank `src` (NeMo RL's group interface)."""

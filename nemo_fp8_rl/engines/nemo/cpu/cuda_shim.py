@@ -71,15 +71,14 @@ def cpu_stream() -> Iterator[None]:
 def cpu_streams() -> Iterator[None]:
     """CUDA side streams as `CpuStream`s, `torch.cuda.stream(...)` a null context, and the
     device arguments of `cpu_devices()`, for the duration (see the module docstring)."""
-    saved = torch.cuda.Stream, torch.cuda.stream, torch.cuda.current_stream
+    saved = torch.cuda.Stream, torch.cuda.stream
     torch.cuda.Stream = lambda *a, **k: CpuStream()  # type: ignore[assignment,misc]
     torch.cuda.stream = lambda *a, **k: contextlib.nullcontext()  # type: ignore[assignment]
-    torch.cuda.current_stream = lambda *a, **k: CpuStream()  # type: ignore[assignment]
     try:
-        with cpu_devices():
+        with cpu_stream(), cpu_devices():
             yield
     finally:
-        torch.cuda.Stream, torch.cuda.stream, torch.cuda.current_stream = saved  # type: ignore[misc]
+        torch.cuda.Stream, torch.cuda.stream = saved  # type: ignore[misc]
 
 
 def install() -> None:

@@ -29,6 +29,7 @@ refuses with a located error): tensor or pipeline parallelism, MXFP8, `bad_words
 
 from __future__ import annotations
 
+import contextlib
 import os
 from typing import Any
 
@@ -369,20 +370,23 @@ class CpuGenerationWorkerImpl:
     def update_weights_via_ipc_zmq(self) -> bool:
         """Receive one refit through NeMo RL's `update_weights_via_ipc_zmq` (ZeroMQ); the
         served weights change only if the whole stream matched (True), else none do."""
-        model = self._owner("update_weights_via_ipc_zmq")
-        self._require_awake("update_weights_via_ipc_zmq", frozenset({"weights"}))
+        return self._receive("update_weights_via_ipc_zmq", cuda_shim.cpu_stream())
+
+    def _receive(self, method: str, shim: contextlib.AbstractContextManager) -> bool:
+        """Run the extension's refit `method` under `shim`, all-or-nothing: weights staged by
+        a stream that failed before NeMo RL's finalize step are discarded (returns False)."""
+        model = self._owner(method)
+        self._require_awake(method, frozenset({"weights"}))
         model.discard_staged()
         try:
-            with self.fp8.globals(), cuda_shim.cpu_stream():
-                ok = bool(self.extension.update_weights_via_ipc_zmq())
+            with self.fp8.globals(), shim:
+                ok = bool(getattr(self.extension, method)())
         finally:
-            if model.staged_names():  # the stream failed before NeMo RL's finalize step
+            if model.staged_names():
                 model.discard_staged()
                 ok = False
         if not ok:
-            print(
-                f"error: {self!r}.update_weights_via_ipc_zmq: the refit failed; no weight changed"
-            )
+            print(f"error: {self!r}.{method}: the refit failed; no weight changed")
         return ok
 
     def init_collective(
@@ -401,22 +405,7 @@ class CpuGenerationWorkerImpl:
         `packed_broadcast_consumer` into its `_load_weights`); all-or-nothing as over ZeroMQ."""
         from nemo_fp8_rl.engines.nemo.cpu.collective import cpu_packing
 
-        model = self._owner("update_weights_from_collective")
-        self._require_awake("update_weights_from_collective", frozenset({"weights"}))
-        model.discard_staged()
-        try:
-            with self.fp8.globals(), cpu_packing():
-                ok = bool(self.extension.update_weights_from_collective())
-        finally:
-            if model.staged_names():
-                model.discard_staged()
-                ok = False
-        if not ok:
-            print(
-                f"error: {self!r}.update_weights_from_collective: the refit failed; "
-                "no weight changed"
-            )
-        return ok
+        return self._receive("update_weights_from_collective", cpu_packing())
 
 
 class _RayEntry:
