@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nemo_fp8_rl.analysis.health import health_notes
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs, precision_of
 from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
@@ -349,6 +350,9 @@ def compare_runs(
         for i, (r, s) in enumerate(zip(runs, summaries, strict=True))
         if i != ref and s.precision != "bf16"
     ]
+    notes = health_notes(runs, [s.precision for s in summaries], ref)
+    for summary, extra in zip(summaries, notes, strict=True):
+        summary.notes += extra
     configs = [r.config for r in runs]
     diff = diff_configs([r.name for r in runs], configs) if all(configs) else None
     return Comparison(list(runs), summaries, diff, verdicts, ref)

@@ -13,7 +13,13 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
+from nemo_fp8_rl.cli.common import (
+    ArgumentParser,
+    add_gpu_arg,
+    add_recipe_args,
+    gpu_overrides,
+    run_main,
+)
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.config.safe_files import check_folder
@@ -67,6 +73,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
+    add_gpu_arg(parser)
     add_seed_args(parser)
     return parser
 
@@ -74,6 +81,7 @@ def _parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_intermixed_args(argv)
+    args.overrides = [*args.overrides, *gpu_overrides(args)]
     if args.resume and args.overwrite:
         parser.error("--resume continues a run and --overwrite starts it over; give one")
     if args.seeds is None and args.parallel != 1:
@@ -149,7 +157,7 @@ def preflight(recipe) -> int:
     if not result.ok:
         raise UsageError(
             recipe.name,
-            f"the preflight found {len(result.errors)} problem(s), listed above",
+            f"the preflight found {result.problem_count} problem(s), listed above",
             "fix each in the recipe (or with an override), then run --preflight again",
         )
     return 0

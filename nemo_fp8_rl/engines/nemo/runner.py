@@ -32,12 +32,13 @@ from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
 from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
+from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee, health_monitor
 from nemo_fp8_rl.engines.nemo.refit_workers import (
     make_policy_factory,
     policy_worker_fqn,
     trainer_generation_worker,
 )
+from nemo_fp8_rl.engines.nemo.served_guard import served_guard
 from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
 from nemo_fp8_rl.runs import lock, rundir
@@ -68,7 +69,7 @@ def check_recipe(recipe: Recipe) -> list[str]:
     problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
     if (cfg.get("data_plane") or {}).get("enabled", False):
         problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
-    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
+    problems += guard_errors(recipe)
     if cfg.get("refit", {}).get("bridge", "nemo") == "project":
         problems.append(
             "refit.bridge: project is not available on the NeMo RL engine yet; use refit.bridge: "
@@ -78,13 +79,16 @@ def check_recipe(recipe: Recipe) -> list[str]:
     return problems
 
 
-def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
-    """Precision settings this machine's GPU cannot run (none when no GPU is visible here:
-    a Slurm driver may sit on a node without one, and NeMo RL's workers check again)."""
-    from nemo_fp8_rl.config.hardware import gpu_precision_issues, local_gpu
+def guard_errors(recipe: Recipe) -> list[str]:
+    """The pre-launch guard rails' errors (`guard_rails`): decided for the workers' GPU type
+    (`slurm.gpu`, `--gpu`, the partition), never this machine's, which may be a GPU-less head
+    node or another GPU; warnings are printed, not refused."""
+    from nemo_fp8_rl.engines.nemo.guard_rails import pre_launch_report
 
-    gpu = local_gpu()
-    return [] if gpu is None else gpu_precision_issues(cfg, gpu[0], gpu[1])
+    report = pre_launch_report(recipe)
+    for finding in report.warnings:
+        print(finding.line(), flush=True)
+    return [f"{f.key}: {f.what} [{f.rule}, {f.upstream}]. Fix: {f.fix}" for f in report.errors]
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
@@ -298,11 +302,14 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
     ) = setup
     loss_fn = build_loss(recipe, checkpointer.get_latest_checkpoint_path())
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
-    logger = MetricsTee(logger, run_dir / "metrics.jsonl")
+    jsonl = run_dir / "metrics.jsonl"
+    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
+    vllm_cfg = recipe.config["policy"]["generation"]["vllm_cfg"]
     try:
         with (
             _located_faults(recipe, run_dir),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
+            served_guard(grpo, vllm_cfg, policy_generation),
         ):
             training_loop(grpo, recipe.config, setup)(
                 train_policy,
