@@ -258,9 +258,12 @@ def test_paper_lengths_and_data(length, new_tokens):
     assert dapo["grpo"]["use_dynamic_sampling"] and dapo["loss_fn"]["ratio_clip_max"] == 0.28
 
 
-@pytest.mark.parametrize("overlay", PRECISION_OVERLAYS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "overlay", [p for p in PRECISION_OVERLAYS if not p.stem.endswith("-cpu")], ids=lambda p: p.stem
+)
 def test_precision_overlay_on_a_bf16_recipe_is_a_fair_pair(overlay, tmp_path):
-    """Every overlay in configs/precision/ changes only precision and refit keys of a GPU recipe."""
+    """Every GPU overlay in configs/precision/ changes only precision and refit keys of a GPU
+    recipe (the `-cpu` overlays are the embedded engine's 4-bit emulation, tested below)."""
     bf16 = find_recipes()[0].parents[1] / "qwen3-8b-base" / "grpo-qwen3-8b-base-1n8g-bf16.yaml"
     defaults = [str(bf16)] + (
         [str(overlay.with_name("fp8-blockwise.yaml"))] if overlay.stem == "fp8-kvcache" else []
@@ -286,14 +289,39 @@ def test_mxfp8_overlay_keys_are_what_nemo_rl_and_megatron_read():
     assert cfg["policy"]["megatron_cfg"]["fp8_cfg"]["fp8_recipe"] == "mxfp8"
 
 
-def test_mxfp8_on_cpu_is_refused_at_load(tmp_path):
+def test_mxfp8_on_cpu_loads_and_emulates_mxfp8_on_both_sides(tmp_path):
+    from nemo_fp8_rl.engines.local import precision
+    from nemo_fp8_rl.fp8 import FP8Spec
+
     tiny = find_recipes()[0].parents[1] / "tiny" / "grpo-tiny-qwen3-cpu-bf16.yaml"
     overlay = PRECISION_OVERLAYS[0].with_name("fp8-mxfp8.yaml")
     child = tmp_path / "grpo-tiny-qwen3-cpu-fp8-mxfp8.yaml"
     child.write_text(f"defaults:\n  - {tiny}\n  - {overlay}\n")
-    with pytest.raises(ValueError) as err:
+    cfg = load_recipe(child).config
+    train = precision.TrainingPrecision.from_config(cfg)
+    assert train.quantized and train.specs[0] == FP8Spec.preset("mxfp8")
+    assert precision.receiver_quantizes(cfg) and precision.refit_scheme(cfg) == "bf16"
+
+
+@pytest.mark.parametrize("kind", ["nvfp4", "mxfp4"])
+def test_four_bit_overlays_change_only_local_fp4_of_a_cpu_recipe(kind, tmp_path):
+    tiny = find_recipes()[0].parents[1] / "tiny" / "grpo-tiny-qwen3-cpu-bf16.yaml"
+    overlay = PRECISION_OVERLAYS[0].with_name(f"{kind}-cpu.yaml")
+    child = tmp_path / f"grpo-tiny-qwen3-cpu-{kind}.yaml"
+    child.write_text(f"defaults:\n  - {tiny}\n  - {overlay}\n")
+    from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS
+
+    a, b = flat(load_recipe(tiny).config), flat(load_recipe(child).config)
+    differing = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert sorted(differing - set(DERIVED) - set(PATH_KEYS)) == ["local.fp4"]
+
+
+def test_four_bit_overlay_on_a_gpu_recipe_is_refused(tmp_path):
+    bf16 = find_recipes()[0].parents[1] / "qwen3-8b-base" / "grpo-qwen3-8b-base-1n8g-bf16.yaml"
+    overlay = PRECISION_OVERLAYS[0].with_name("nvfp4-cpu.yaml")
+    child = tmp_path / "grpo-x-1n8g-nvfp4.yaml"
+    child.write_text(f"defaults:\n  - {bf16}\n  - {overlay}\n")
+    with pytest.raises(ValueError, match="nvfp4 emulation runs on the embedded CPU engine only"):
         load_recipe(child)
-    text = str(err.value)
-    assert "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs" in text
-    assert "policy.megatron_cfg.fp8_cfg.fp8_recipe: MXFP8 training needs Blackwell GPUs" in text
-    assert str(overlay) in text  # the file that set the key
+
+
