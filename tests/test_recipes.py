@@ -13,8 +13,11 @@ from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 RECIPES = find_recipes()
 # recipes/study/: the CPU mechanism study's recipes (python -m nemo_fp8_rl.study), not a model's
 STUDY = [p for p in RECIPES if p.parent.name == "study"]
-MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
+# recipes/study/dose/: the precision dose study's recipes (scripts/dose_study.py)
+DOSE = [p for p in RECIPES if p.parent.name == "dose" and p.parent.parent.name == "study"]
+MODEL_RECIPES = [p for p in RECIPES if p not in STUDY and p not in DOSE]
 STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
+DOSE_NAME = re.compile(r"^grpo-dose-(bf16|(?P<fmt>fp8-block|mxfp8|nvfp4|mxfp4)(-uncalibrated)?)$")
 NAME = re.compile(
     r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)"
     r"(-async-(?P<age>\d+)off)?(-(?P<length>\d+k))?-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
@@ -108,7 +111,7 @@ def test_recipe_is_minimal(path):
 
 
 def _pairs():
-    for path in RECIPES:
+    for path in (p for p in RECIPES if p not in DOSE):  # the dose arms: their own test
         variant = (STUDY_NAME if path in STUDY else NAME).match(path.stem)["variant"]
         if variant.startswith("fp8"):
             sibling = path.with_name(path.stem.replace(f"-{variant}", "-bf16") + ".yaml")
@@ -170,6 +173,23 @@ def test_study_recipes_are_cpu_runs_of_the_tiny_model(path):
         "grpo-study-fp8-uncalibrated",
         "grpo-study-fp8",
     }
+
+
+@pytest.mark.parametrize("path", DOSE, ids=short_name)
+def test_dose_recipes_differ_from_bf16_in_precision_and_calibration_only(path):
+    """Each dose arm is the BF16 dose recipe plus one precision overlay (and calibration)."""
+    m = DOSE_NAME.match(path.stem)
+    assert m, f"{path.name} does not follow grpo-dose-<format>[-uncalibrated]"
+    cfg = load_recipe(path).config
+    base = load_recipe(path.with_name("grpo-dose-bf16.yaml")).config
+    assert cfg["grpo"]["max_num_steps"] == 150 and cfg["cluster"]["gpus_per_node"] == 0
+    calibrated = m["fmt"] is not None and "uncalibrated" not in path.stem
+    assert cfg["loss_fn"]["calibration"]["enabled"] == calibrated
+    a, b = ({k: v for k, v in flat(c).items() if v != {}} for c in (base, cfg))
+    differing = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+    allowed = (*PAIR_ALLOWED, "local.fp4", "loss_fn.calibration.", "refit.")
+    assert not [k for k in differing if not k.startswith(allowed)]
+    assert len(DOSE) == 9
 
 
 MOE_FP8 = [
