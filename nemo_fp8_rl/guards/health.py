@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 TABLE = Path(__file__).with_name("health_ranges.yaml")
-PRECISIONS = ("bf16", "fp8", "fp8_kv", "mxfp8")
+PRECISIONS = ("bf16", "fp8", "fp8_kv", "mxfp8", "fp4")
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,8 @@ def load_table(path: Path = TABLE) -> HealthTable:
 
 def precision_of(config: Mapping[str, Any]) -> str:
     """The health table's precision class of a resolved recipe."""
+    if (config.get("local") or {}).get("fp4"):
+        return "fp4"
     policy = config.get("policy") or {}
     vllm = ((policy.get("generation") or {}).get("vllm_cfg")) or {}
     mcore = policy.get("megatron_cfg") or {}

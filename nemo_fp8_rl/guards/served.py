@@ -166,14 +166,26 @@ class ServedPrecisionError(RuntimeError):
         return type(self), (self.where, self.problems, self.fix)
 
 
-def served_problems(served: ServedCounts, vllm_cfg: dict[str, Any]) -> list[str]:
-    """Every way `served` differs from what `vllm_cfg` asks (empty: as the recipe says)."""
+def expected_precision(vllm_cfg: dict[str, Any], low_bit: str | None = None) -> str:
+    """The precision the recipe's quantized layers must be served in (`bf16`: none quantized);
+    `low_bit` names a 4-bit format the embedded engine emulates (`local.fp4`)."""
+    if low_bit:
+        return low_bit
     if vllm_cfg.get("precision") != "fp8":
-        fp8 = [n for n, p in served.layers.items() if p != BF16]
-        return [f"{n}: served {served.layers[n]}, the recipe's rollout is BF16" for n in fp8]
-    want = MXFP8 if vllm_cfg.get("is_mx") else FP8_BLOCK
+        return BF16
+    return MXFP8 if vllm_cfg.get("is_mx") else FP8_BLOCK
+
+
+def served_problems(
+    served: ServedCounts, vllm_cfg: dict[str, Any], low_bit: str | None = None
+) -> list[str]:
+    """Every way `served` differs from what `vllm_cfg` asks (empty: as the recipe says)."""
+    want = expected_precision(vllm_cfg, low_bit)
+    if want == BF16:
+        quantized = [n for n, p in served.layers.items() if p != BF16]
+        return [f"{n}: served {served.layers[n]}, the recipe's rollout is BF16" for n in quantized]
     problems = []
-    if served.patched is False:
+    if served.patched is False and not low_bit:
         problems.append(
             f"{served.where}: NeMo RL's FP8 patches are not in place in the process serving the "
             "model (vLLM's Fp8LinearMethod.process_weights_after_loading is vLLM's own): its FP8 "
@@ -188,11 +200,16 @@ def served_problems(served: ServedCounts, vllm_cfg: dict[str, Any]) -> list[str]
     return problems
 
 
-def check_served(reports: Iterable[ServedCounts], vllm_cfg: dict[str, Any], when: str) -> list[str]:
+def check_served(
+    reports: Iterable[ServedCounts],
+    vllm_cfg: dict[str, Any],
+    when: str,
+    low_bit: str | None = None,
+) -> list[str]:
     """Raise `ServedPrecisionError` naming every wrong layer of every worker; else the one-line
     description of each worker's counts (for the log)."""
     reports = list(reports)
-    problems = [p for r in reports for p in served_problems(r, vllm_cfg)]
+    problems = [p for r in reports for p in served_problems(r, vllm_cfg, low_bit)]
     if problems:
         raise ServedPrecisionError(
             f"policy.generation.vllm_cfg.precision ({when})",

@@ -21,8 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
+from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.gpus import BLACKWELL, HOPPER
+from nemo_fp8_rl.config.locations import portable_name
 
 PRECISION_TOKENS = frozenset(
     {
@@ -101,11 +102,7 @@ def sibling_for(
     and model; each is loaded to read its family.
     """
     recipe = Path(recipe).resolve()
-    pool = (
-        list(candidates)
-        if candidates is not None
-        else [p for p in find_recipes() if p.resolve().parent == recipe.parent]
-    )
+    pool = list(candidates) if candidates is not None else sorted(recipe.parent.glob("*.yaml"))
     key, model = name_key(recipe.name), _get(cfg, "policy.model_name")
     want = _traits(cfg)
     ranked = []
@@ -122,7 +119,7 @@ def sibling_for(
         if not any(traits):
             continue  # a BF16 recipe is no FP8 sibling
         score = (traits[0] == want[0], traits[1] == want[1], family_of(other) == family)
-        ranked.append((score, short_name(path)))
+        ranked.append((score, portable_name(path)))
     return max(ranked)[1] if ranked else None
 
 

@@ -95,7 +95,8 @@ class Loop:
         self.refits += 1
         served = ServedCounts.from_dict(ray.get(self.rollout.served_precision.remote()))
         when = "step 0" if self.refits == 1 else f"after refit {self.refits - 1}"
-        lines = check_served([served], self.cfg["policy"]["generation"]["vllm_cfg"], when)
+        vllm_cfg = self.cfg["policy"]["generation"]["vllm_cfg"]
+        lines = check_served([served], vllm_cfg, when, (self.cfg.get("local") or {}).get("fp4"))
         if self.refits == 1:
             say(f"served-precision ({when}): {lines[0]}")
         return seconds
