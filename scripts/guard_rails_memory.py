@@ -121,7 +121,7 @@ def health_table() -> str:
         "|---|---|---|---|---|",
     ]
     rows = []
-    for i, rule in enumerate(health.rules["bf16"]):
+    for i in range(len(health.rules["bf16"])):
         for precision in PRECISIONS:
             r = health.rules[precision][i]
             stat = "median" if r.statistic == "median" else f"share of steps above {r.level:g}"

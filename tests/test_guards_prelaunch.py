@@ -312,3 +312,46 @@ def test_every_gemm_of_every_shipped_model_is_listed():
         "shared_experts.linear_fc2",
     } <= names
     assert round(count_params(shipped_config("Qwen/Qwen3-8B-Base")).non_embedding / 1e9, 2) == 6.95
+
+
+# ---- the tools --------------------------------------------------------------------------------
+def test_recipes_show_memory_gives_a_breakdown_for_every_gpu_recipe(capsys):
+    from nemo_fp8_rl.cli.common import invoke
+    from nemo_fp8_rl.cli.recipes import main
+
+    for path in GPU_RECIPES:
+        assert invoke(main, ["show", str(path), "--memory"]) == 0, short_name(path)
+        out = capsys.readouterr().out
+        for gpu in ("H100", "H200", "B200", "GB200"):
+            assert f"{gpu} (" in out, (short_name(path), out)
+        assert "trainer (Megatron rank)" in out and "KV cache" in out and "peaks (GiB)" in out
+    assert invoke(main, ["show", "tiny/grpo-tiny-qwen3-cpu-fp8", "--memory"]) == 2
+    assert "a CPU recipe has no GPU memory estimate" in capsys.readouterr().err
+
+
+def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_path, capsys):
+    """Where NeMo RL is not importable (a login node) submit still runs the guard rails, for
+    the GPU named by --gpu, and refuses before anything reaches Slurm."""
+    from nemo_fp8_rl.cli.common import invoke
+    from nemo_fp8_rl.cli.submit import main
+    from nemo_fp8_rl.engines.nemo.compat import available
+
+    if available()[0]:
+        pytest.skip("NeMo RL is importable here: submit runs the full preflight (contract suite)")
+    argv = [
+        "--recipe",
+        QWEN8,
+        "--gpu",
+        "B200",
+        "--account",
+        "a",
+        "--partition",
+        "p",
+        "--run-dir",
+        str(tmp_path / "run"),
+    ]
+    assert invoke(main, argv) == 2
+    err = capsys.readouterr().err
+    assert "fail  scale-format" in err and "scale-format/fp32-on-blackwell" in err
+    assert "not submitted: the guard rails found 2 problem(s)" in err
+    assert not (tmp_path / "run" / "slurm").exists()
