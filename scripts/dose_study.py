@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
-from nemo_fp8_rl.study import analysis, dose, endpoints, grid  # noqa: E402
+from nemo_fp8_rl.study import analysis, dose, dose_report, endpoints, grid  # noqa: E402
 
 
 def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
@@ -94,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         dose.archive(args.out)
         return 0
     if args.what == "figure":
-        for path in dose.figures():
+        for path in dose_report.figures():
             print(path)
         return 0
-    print(dose.markdown())
+    print(dose_report.markdown())
     return 0
 
 
