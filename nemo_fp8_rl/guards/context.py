@@ -21,6 +21,16 @@ MCORE = "policy.megatron_cfg"
 FP8_CFG = f"{MCORE}.fp8_cfg"
 
 
+def get_key(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
+    """`cfg`'s value at `dotted` (`default` when absent or null); no interpolation."""
+    node: Any = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return default if node is None else node
+
+
 def version_tuple(text: str | None) -> tuple[int, ...] | None:
     """`0.25.1` -> (0, 25, 1); None when `text` has no leading number."""
     parts: list[int] = []

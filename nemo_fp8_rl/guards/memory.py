@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nemo_fp8_rl.config.gpus import MEMORY_TYPES, GpuType, gpu_by_name
-from nemo_fp8_rl.guards.context import VLLM, GuardContext, version_tuple
+from nemo_fp8_rl.guards.context import VLLM, GuardContext, get_key, version_tuple
 from nemo_fp8_rl.guards.findings import ERROR, WARNING, CheckResult, Finding, source_of
 from nemo_fp8_rl.guards.memory_model import (
     TRAIN_OVERHEAD_GIB,
@@ -82,26 +82,19 @@ class MemoryEstimate:
         return out
 
 
-def _get(cfg: dict[str, Any], key: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
-
-
 def colocated(cfg: dict[str, Any]) -> bool:
-    return bool(_get(cfg, "policy.generation.colocated.enabled", True))
+    return bool(get_key(cfg, "policy.generation.colocated.enabled", True))
 
 
 def trainer_world(cfg: dict[str, Any]) -> int:
     """Training GPUs: the cluster, less the generation GPUs when not colocated."""
-    total = int(_get(cfg, "cluster.num_nodes", 1)) * int(_get(cfg, "cluster.gpus_per_node", 0))
+    total = int(get_key(cfg, "cluster.num_nodes", 1)) * int(
+        get_key(cfg, "cluster.gpus_per_node", 0)
+    )
     if colocated(cfg):
         return total
-    res = _get(cfg, "policy.generation.colocated.resources") or {}
-    gen = int(res.get("num_nodes") or 0) * int(_get(cfg, "cluster.gpus_per_node", 0)) or int(
+    res = get_key(cfg, "policy.generation.colocated.resources") or {}
+    gen = int(res.get("num_nodes") or 0) * int(get_key(cfg, "cluster.gpus_per_node", 0)) or int(
         res.get("gpus_per_node") or 0
     )
     return max(1, total - gen)

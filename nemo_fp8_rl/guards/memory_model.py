@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from nemo_fp8_rl.guards.context import FP8_CFG, MCORE, VLLM
+from nemo_fp8_rl.guards.context import FP8_CFG, MCORE, VLLM, get_key
 from nemo_fp8_rl.guards.model_shapes import (
     Gemm,
     decoder_gemms,
@@ -65,18 +65,9 @@ class Part:
     how: str
 
 
-def _get(cfg: dict[str, Any], key: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in key.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
-
-
 def _stage_layers(cfg: dict[str, Any], layers: int) -> int:
-    pp = int(_get(cfg, f"{MCORE}.pipeline_model_parallel_size", 1))
-    first = _get(cfg, f"{MCORE}.num_layers_in_first_pipeline_stage")
+    pp = int(get_key(cfg, f"{MCORE}.pipeline_model_parallel_size", 1))
+    first = get_key(cfg, f"{MCORE}.num_layers_in_first_pipeline_stage")
     return int(first) if first else math.ceil(layers / pp)
 
 
@@ -96,9 +87,9 @@ def _rank_weights(
 
 def _act_bytes_per_token(hf: dict[str, Any], cfg: dict[str, Any], fp8: bool) -> float:
     """Bytes one layer saves per token for backward (no recompute), on one TP/SP rank."""
-    tp = int(_get(cfg, f"{MCORE}.tensor_model_parallel_size", 1))
-    sp = bool(_get(cfg, f"{MCORE}.sequence_parallel")) and tp > 1
-    etp = int(_get(cfg, f"{MCORE}.expert_tensor_parallel_size", 1) or 1)
+    tp = int(get_key(cfg, f"{MCORE}.tensor_model_parallel_size", 1))
+    sp = bool(get_key(cfg, f"{MCORE}.sequence_parallel")) and tp > 1
+    etp = int(get_key(cfg, f"{MCORE}.expert_tensor_parallel_size", 1) or 1)
     h, g_in = int(hf["hidden_size"]), 1 if fp8 else 2
     outside = (2 * 2 * h + 2 * g_in * h) / (tp if sp else 1)  # residuals + the two norm outputs
     inside, layers = 0.0, int(hf["num_hidden_layers"])
@@ -126,11 +117,11 @@ def _act_bytes_per_token(hf: dict[str, Any], cfg: dict[str, Any], fp8: bool) -> 
 
 def trainer_parts(cfg: dict[str, Any], hf: dict[str, Any], world: int) -> list[Part]:
     """The trainer rank's memory (module docstring), for `world` training GPUs."""
-    tp = int(_get(cfg, f"{MCORE}.tensor_model_parallel_size", 1))
-    pp = int(_get(cfg, f"{MCORE}.pipeline_model_parallel_size", 1))
-    cp = int(_get(cfg, f"{MCORE}.context_parallel_size", 1))
-    ep = int(_get(cfg, f"{MCORE}.expert_model_parallel_size", 1))
-    etp = int(_get(cfg, f"{MCORE}.expert_tensor_parallel_size", 1) or 1)
+    tp = int(get_key(cfg, f"{MCORE}.tensor_model_parallel_size", 1))
+    pp = int(get_key(cfg, f"{MCORE}.pipeline_model_parallel_size", 1))
+    cp = int(get_key(cfg, f"{MCORE}.context_parallel_size", 1))
+    ep = int(get_key(cfg, f"{MCORE}.expert_model_parallel_size", 1))
+    etp = int(get_key(cfg, f"{MCORE}.expert_tensor_parallel_size", 1) or 1)
     layers = int(hf["num_hidden_layers"])
     stage = _stage_layers(cfg, layers)
     dense, expert = _rank_weights(decoder_gemms(hf), tp, ep, etp, stage / layers)
@@ -139,11 +130,13 @@ def trainer_parts(cfg: dict[str, Any], hf: dict[str, Any], world: int) -> list[P
     params = dense + expert + emb_rank
     dp = max(1, world // (tp * pp * cp))
     edp = max(1, world // (ep * etp * pp))
-    fp8 = bool(_get(cfg, f"{FP8_CFG}.enabled"))
-    opt = _get(cfg, f"{MCORE}.optimizer") or {}
+    fp8 = bool(get_key(cfg, f"{FP8_CFG}.enabled"))
+    opt = get_key(cfg, f"{MCORE}.optimizer") or {}
     opt_b = 8 if opt.get("use_precision_aware_optimizer") else 12
     dist = bool(opt.get("use_distributed_optimizer", True))
-    grad_b = 4 if _get(cfg, f"{MCORE}.distributed_data_parallel_config.grad_reduce_in_fp32") else 2
+    grad_b = (
+        4 if get_key(cfg, f"{MCORE}.distributed_data_parallel_config.grad_reduce_in_fp32") else 2
+    )
     optim = opt_b * ((dense + emb_rank) / (dp if dist else 1) + expert / (edp if dist else 1))
     parts = [
         Part(
@@ -159,7 +152,7 @@ def trainer_parts(cfg: dict[str, Any], hf: dict[str, Any], world: int) -> list[P
         ),
     ]
     if fp8:
-        recipe = _get(cfg, f"{FP8_CFG}.fp8_recipe", "blockwise")
+        recipe = get_key(cfg, f"{FP8_CFG}.fp8_recipe", "blockwise")
         per = 2 + (2 / 32 if recipe == "mxfp8" else 0)
         parts.append(
             Part(
@@ -170,8 +163,8 @@ def trainer_parts(cfg: dict[str, Any], hf: dict[str, Any], world: int) -> list[P
         )
     tokens = _mb_tokens(cfg) / cp
     per_layer = _act_bytes_per_token(hf, cfg, fp8)
-    sp = bool(_get(cfg, f"{MCORE}.sequence_parallel")) and tp > 1
-    if _get(cfg, f"{MCORE}.activation_checkpointing"):
+    sp = bool(get_key(cfg, f"{MCORE}.sequence_parallel")) and tp > 1
+    if get_key(cfg, f"{MCORE}.activation_checkpointing"):
         h = int(hf["hidden_size"])
         act = tokens * (stage * 2 * h / (tp if sp else 1) + per_layer) * min(pp, 2)
         how = f"{tokens:.0f} tokens/micro-batch/CP, full recompute: 2 B x hidden per layer + one layer"
@@ -195,19 +188,19 @@ def trainer_parts(cfg: dict[str, Any], hf: dict[str, Any], world: int) -> list[P
 
 
 def _mb_tokens(cfg: dict[str, Any]) -> float:
-    if _get(cfg, "policy.sequence_packing.enabled"):
-        return float(_get(cfg, "policy.sequence_packing.train_mb_tokens"))
-    if _get(cfg, "policy.dynamic_batching.enabled"):
-        return float(_get(cfg, "policy.dynamic_batching.train_mb_tokens"))
-    return float(_get(cfg, "policy.train_micro_batch_size", 1)) * float(
-        _get(cfg, "policy.max_total_sequence_length")
+    if get_key(cfg, "policy.sequence_packing.enabled"):
+        return float(get_key(cfg, "policy.sequence_packing.train_mb_tokens"))
+    if get_key(cfg, "policy.dynamic_batching.enabled"):
+        return float(get_key(cfg, "policy.dynamic_batching.train_mb_tokens"))
+    return float(get_key(cfg, "policy.train_micro_batch_size", 1)) * float(
+        get_key(cfg, "policy.max_total_sequence_length")
     )
 
 
 def _bf16_layer(cfg: dict[str, Any], hf: dict[str, Any], name: str) -> bool:
     """Whether NeMo RL's init_fp8 keeps GEMM `name` BF16 (`quantization_ignored_layer_kws`:
     substrings of HF module names; MLA's `kv_a_proj`/`kv_b_proj` for `[a_proj, b_proj]`)."""
-    kws = _get(cfg, f"{VLLM}.quantization_ignored_layer_kws") or []
+    kws = get_key(cfg, f"{VLLM}.quantization_ignored_layer_kws") or []
     hf_names = {
         "linear_q_down_proj": "q_a_proj",
         "linear_q_up_proj": "q_b_proj",
@@ -219,13 +212,13 @@ def _bf16_layer(cfg: dict[str, Any], hf: dict[str, Any], name: str) -> bool:
 
 def vllm_weights(cfg: dict[str, Any], hf: dict[str, Any]) -> tuple[float, str]:
     """(bytes of one vLLM rank's weights, how)."""
-    tp = int(_get(cfg, f"{VLLM}.tensor_parallel_size", 1))
-    ep = int(_get(cfg, f"{VLLM}.expert_parallel_size", 1))
-    fp8 = _get(cfg, f"{VLLM}.precision") == "fp8"
-    mx = fp8 and bool(_get(cfg, f"{VLLM}.is_mx"))
+    tp = int(get_key(cfg, f"{VLLM}.tensor_parallel_size", 1))
+    ep = int(get_key(cfg, f"{VLLM}.expert_parallel_size", 1))
+    fp8 = get_key(cfg, f"{VLLM}.precision") == "fp8"
+    mx = fp8 and bool(get_key(cfg, f"{VLLM}.is_mx"))
     layers = int(hf["num_hidden_layers"])
-    bf16_layers = int(_get(cfg, f"{VLLM}.num_first_layers_in_bf16", 0)) + int(
-        _get(cfg, f"{VLLM}.num_last_layers_in_bf16", 0)
+    bf16_layers = int(get_key(cfg, f"{VLLM}.num_first_layers_in_bf16", 0)) + int(
+        get_key(cfg, f"{VLLM}.num_last_layers_in_bf16", 0)
     )
     total = 0.0
     for g in decoder_gemms(hf):
@@ -245,7 +238,7 @@ def vllm_weights(cfg: dict[str, Any], hf: dict[str, Any]) -> tuple[float, str]:
 
 def vllm_overhead(cfg: dict[str, Any], hf: dict[str, Any]) -> tuple[float, str]:
     """(bytes outside weights and KV cache, how): non-torch, profiling peak, CUDA graphs."""
-    tp = int(_get(cfg, f"{VLLM}.tensor_parallel_size", 1))
+    tp = int(get_key(cfg, f"{VLLM}.tensor_parallel_size", 1))
     widest = max(
         (g.out for g in decoder_gemms(hf) if g.name.endswith("fc1") and not g.expert), default=0
     )
@@ -256,7 +249,7 @@ def vllm_overhead(cfg: dict[str, Any], hf: dict[str, Any]) -> tuple[float, str]:
         VLLM_BATCH_TOKENS * 2 * widest * 1.5 / tp
         + VLLM_MAX_SEQS * int(hf["vocab_size"]) * 4 * 2 / tp
     )
-    graphs = 0.0 if _get(cfg, f"{VLLM}.enforce_eager") else VLLM_GRAPHS_GIB * GIB
+    graphs = 0.0 if get_key(cfg, f"{VLLM}.enforce_eager") else VLLM_GRAPHS_GIB * GIB
     total = VLLM_NON_TORCH_GIB * GIB + peak + graphs
     return (
         total,
@@ -266,8 +259,8 @@ def vllm_overhead(cfg: dict[str, Any], hf: dict[str, Any]) -> tuple[float, str]:
 
 def kv_bytes_per_token(cfg: dict[str, Any], hf: dict[str, Any]) -> float:
     """KV-cache bytes per token on one vLLM rank (MLA caches the latent once per layer)."""
-    tp = int(_get(cfg, f"{VLLM}.tensor_parallel_size", 1))
-    elem = 1 if str(_get(cfg, f"{VLLM}.kv_cache_dtype", "auto")).startswith("fp8") else 2
+    tp = int(get_key(cfg, f"{VLLM}.tensor_parallel_size", 1))
+    elem = 1 if str(get_key(cfg, f"{VLLM}.kv_cache_dtype", "auto")).startswith("fp8") else 2
     layers = int(hf["num_hidden_layers"])
     if hf.get("kv_lora_rank"):
         return layers * (int(hf["kv_lora_rank"]) + int(hf["qk_rope_head_dim"])) * elem
@@ -281,11 +274,11 @@ def vllm_parts(cfg: dict[str, Any], hf: dict[str, Any], memory_gib: float) -> li
     """The vLLM rank's memory (module docstring) on a GPU of `memory_gib`."""
     weights, how_w = vllm_weights(cfg, hf)
     overhead, how_o = vllm_overhead(cfg, hf)
-    pinned = (_get(cfg, "policy.generation.vllm_kwargs") or {}).get("kv_cache_memory_bytes")
+    pinned = (get_key(cfg, "policy.generation.vllm_kwargs") or {}).get("kv_cache_memory_bytes")
     if pinned:
         kv, how_kv = float(pinned), "vllm_kwargs.kv_cache_memory_bytes"
     else:
-        util = float(_get(cfg, f"{VLLM}.gpu_memory_utilization", 0.9))
+        util = float(get_key(cfg, f"{VLLM}.gpu_memory_utilization", 0.9))
         kv = max(0.0, util * memory_gib * GIB - weights - overhead)
         how_kv = f"gpu_memory_utilization {util:g} x {memory_gib:.1f} GiB - weights - overhead"
     tokens = kv / kv_bytes_per_token(cfg, hf)

@@ -24,6 +24,7 @@ from typing import Any
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.gpus import BLACKWELL, HOPPER
 from nemo_fp8_rl.config.locations import portable_name
+from nemo_fp8_rl.guards.context import get_key
 
 PRECISION_TOKENS = frozenset(
     {
@@ -53,24 +54,15 @@ CLUSTER = re.compile(r"^\d+n\d+g$")
 FAMILY_NAMES = {HOPPER: "Hopper", BLACKWELL: "Blackwell"}
 
 
-def _get(cfg: dict[str, Any], dotted: str, default: Any = None) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return default
-        node = node[part]
-    return default if node is None else node
-
-
 def family_of(cfg: dict[str, Any]) -> str | None:
     """`hopper`, `blackwell`, or None when the recipe runs on either (module docstring)."""
-    fp8 = _get(cfg, "policy.megatron_cfg.fp8_cfg") or {}
-    training = bool(fp8.get("enabled")) and bool(_get(cfg, "policy.megatron_cfg.enabled"))
-    vllm = _get(cfg, "policy.generation.vllm_cfg") or {}
+    fp8 = get_key(cfg, "policy.megatron_cfg.fp8_cfg") or {}
+    training = bool(fp8.get("enabled")) and bool(get_key(cfg, "policy.megatron_cfg.enabled"))
+    vllm = get_key(cfg, "policy.generation.vllm_cfg") or {}
     rollout = vllm.get("precision") == "fp8"
     if (training and fp8.get("fp8_recipe") == "mxfp8") or (rollout and vllm.get("is_mx")):
         return BLACKWELL
-    env = _get(cfg, "policy.megatron_cfg.env_vars") or {}
+    env = get_key(cfg, "policy.megatron_cfg.env_vars") or {}
     fp32 = str(env.get("NVTE_FP8_BLOCK_SCALING_FP32_SCALES", "0")) == "1"
     if training and fp8.get("fp8_recipe", "blockwise") == "blockwise" and fp32:
         return HOPPER
@@ -88,8 +80,8 @@ def name_key(name: str) -> tuple[str, ...]:
 
 
 def _traits(cfg: dict[str, Any]) -> tuple[bool, bool]:
-    fp8 = _get(cfg, "policy.megatron_cfg.fp8_cfg") or {}
-    vllm = _get(cfg, "policy.generation.vllm_cfg") or {}
+    fp8 = get_key(cfg, "policy.megatron_cfg.fp8_cfg") or {}
+    vllm = get_key(cfg, "policy.generation.vllm_cfg") or {}
     return bool(fp8.get("enabled")), vllm.get("precision") == "fp8"
 
 
@@ -103,7 +95,7 @@ def sibling_for(
     """
     recipe = Path(recipe).resolve()
     pool = list(candidates) if candidates is not None else sorted(recipe.parent.glob("*.yaml"))
-    key, model = name_key(recipe.name), _get(cfg, "policy.model_name")
+    key, model = name_key(recipe.name), get_key(cfg, "policy.model_name")
     want = _traits(cfg)
     ranked = []
     for path in pool:
@@ -113,7 +105,7 @@ def sibling_for(
             other = load_recipe(path).config
         except RecipeError:
             continue
-        if _get(other, "policy.model_name") != model or family_of(other) not in (family, None):
+        if get_key(other, "policy.model_name") != model or family_of(other) not in (family, None):
             continue
         traits = _traits(other)
         if not any(traits):
