@@ -116,9 +116,10 @@ def sibling_for(
 
 
 def sibling_line(recipe: Path | None, cfg: dict[str, Any]) -> str | None:
-    """`# GPUs: Hopper only; Blackwell sibling: <name>` for `recipes show` (None: either family)."""
+    """`# GPUs: Hopper only; Blackwell sibling: <name>` for `recipes show` (None: either family,
+    or a CPU recipe)."""
     family = family_of(cfg)
-    if family is None:
+    if family is None or not get_key(cfg, "cluster.gpus_per_node", 0):
         return None
     other = BLACKWELL if family == HOPPER else HOPPER
     name = sibling_for(recipe, cfg, other) if recipe is not None else None
