@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from nemo_fp8_rl.engines.nemo.compat import SUPPORTED, available, detect
-from nemo_fp8_rl.engines.nemo.handoff import HandoffError, to_nemo_config
+from nemo_fp8_rl.engines.nemo.driver.compat import SUPPORTED, available, detect
+from nemo_fp8_rl.engines.nemo.driver.handoff import HandoffError, to_nemo_config
 
 if TYPE_CHECKING:
     from nemo_fp8_rl.config import Recipe
@@ -37,7 +37,7 @@ def run(
     cpu_inputs: Callable[[Path], dict[str, str]] | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL; see `runner.run`."""
-    from nemo_fp8_rl.engines.nemo.runner import run as _run
+    from nemo_fp8_rl.engines.nemo.driver.runner import run as _run
 
     return _run(
         recipe, resume=resume, progress=progress, overwrite=overwrite, cpu_inputs=cpu_inputs

@@ -176,7 +176,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
 
 def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
-    from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.driver import runner
     from nemo_fp8_rl.engines.nemo.preflight.engine_checks import megatron_findings, vllm_findings
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import (
         model_config,
@@ -232,7 +232,7 @@ def static_megatron_check(
     expects it, and its exemplar gives the fix); other absent keys are listed as unverified
     (the scan cannot tell whether their branch is taken).
     """
-    from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
+    from nemo_fp8_rl.engines.nemo.driver.handoff import left_out_reason
     from nemo_fp8_rl.engines.nemo.preflight.config_reads import bracket_reads
     from nemo_fp8_rl.engines.nemo.preflight.exemplars import has_key
 
@@ -303,7 +303,7 @@ def preflight(recipe: Recipe, workdir: Path | None = None) -> PreflightResult:
 
 
 def _preflight(recipe: Recipe) -> PreflightResult:
-    from nemo_fp8_rl.engines.nemo.handoff import HandoffError
+    from nemo_fp8_rl.engines.nemo.driver.handoff import HandoffError
     from nemo_fp8_rl.engines.nemo.preflight.exemplars import exemplar_keys
 
     start, tree = time.perf_counter(), _nemo_rl_tree()
@@ -369,7 +369,7 @@ def _preflight(recipe: Recipe) -> PreflightResult:
 
 def run_check(recipe: Recipe, out: Any = print) -> int:
     """CLI helper: 0 passed, 2 problems found, 3 NeMo RL not importable here (`out` gets text)."""
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     ok, why = available()
     if not ok:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
+from nemo_fp8_rl.engines.nemo.driver.handoff import left_out_reason
 
 # In order of authority: the first file that has a key gives NeMo RL's default for it.
 BASE_EXEMPLARS = ("grpo_math_1B_megatron.yaml", "grpo_math_1B.yaml")

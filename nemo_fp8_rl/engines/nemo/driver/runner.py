@@ -26,20 +26,24 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo import compat, worker_faults
-from nemo_fp8_rl.engines.nemo.async_loop import async_problems, training_loop
-from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
-from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
-from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
-from nemo_fp8_rl.engines.nemo.refit_workers import (
+from nemo_fp8_rl.engines.nemo.driver import compat, worker_faults
+from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems, training_loop
+from nemo_fp8_rl.engines.nemo.driver.checkpoint import load_calibrator_state
+from nemo_fp8_rl.engines.nemo.driver.handoff import (
+    to_nemo_config,
+    validate_with_nemo_rl,
+    write_handoff,
+)
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee
+from nemo_fp8_rl.engines.nemo.driver.refit_workers import (
     make_policy_factory,
     policy_worker_fqn,
     trainer_generation_worker,
 )
-from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
-from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
+from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
+from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
+from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
 from nemo_fp8_rl.runs import lock, rundir
 
 
@@ -226,7 +230,7 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
     Without calibration the worker controls are never called (no calibration step), so the
     plain `MegatronPolicyWorker` is enough; the wrapper still adds the per-sign clip fractions.
     """
-    from nemo_fp8_rl.engines.nemo.shadow import (
+    from nemo_fp8_rl.engines.nemo.driver.shadow import (
         ShadowPolicy,
         worker_precision_switch,
         worker_schedule_hold,
