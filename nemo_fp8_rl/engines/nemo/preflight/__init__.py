@@ -3,8 +3,8 @@
     result = preflight(recipe)          # NeMo RL importable (scripts/nemo-rl-contract.sh builds one)
     print(result.report()); result.ok
 
-It runs what `nemo_fp8_rl.train` runs on a cluster: the engine's own `runner._prepare_nemo`
-(hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
+It runs what `nemo_fp8_rl.train` runs on a cluster (`platform.GpuCluster`): the engine's own
+`runner._prepare_nemo` (hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
 `runner._train` (NeMo RL's `grpo.setup()` with the project's policy factory, loss and metrics
 tee, and NeMo RL's real `Policy` and `VllmGeneration` constructors), with only the Ray- and
 GPU-backed objects replaced by recorders (`stand_ins.DRIVER`), the Hub replaced by a local cache
@@ -177,6 +177,7 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
 def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
     from nemo_fp8_rl.engines.nemo.driver import runner
+    from nemo_fp8_rl.engines.nemo.driver.platform import GpuCluster
     from nemo_fp8_rl.engines.nemo.preflight.engine_checks import megatron_findings, vllm_findings
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import (
         model_config,
@@ -200,8 +201,9 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
         rec.installed(_replacements(r, rec.RayRecorder())),
         cuda_arch_list(),
     ):
-        prepared = runner._prepare_nemo(recipe)
-        runner._train(recipe, work / "run", prepared)
+        cluster = GpuCluster()  # the rehearsal is of the cluster's run, whatever the recipe
+        prepared = runner._prepare_nemo(recipe, cluster)
+        runner._train(recipe, work / "run", prepared, cluster)
         if r.policies:  # the workers' configs, for locating what the workers miss
             live["policy"] = r.policies[0].cfg
             r.engine_errors += megatron_findings(r.policies[0].cfg, tree)
