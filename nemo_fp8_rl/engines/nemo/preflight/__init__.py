@@ -18,6 +18,12 @@ Every problem is a `LocatedError` from the real traceback. A missing key is reco
 with NeMo RL's exemplar value (`exemplars`) and the rehearsal re-run, so one preflight reports
 every missing key at once; any other error ends the rehearsal (nothing after it could run); the
 engine checks' findings are all reported.
+
+Runs in the driver's process (`train --preflight`, `submit`), before anything is queued: it
+imports the driver (`runner`, `handoff`, `compat`) and the worker side's pure refit checks
+(`trainer_refit`, `vllm_refit`, in `refit_check`), and starts no Ray worker, so nothing crosses a
+process boundary. `exemplars` and `upstream_recipes` read NeMo RL's own config files, the
+yardsticks the contract tests hold every hand-off to.
 """
 
 from __future__ import annotations
