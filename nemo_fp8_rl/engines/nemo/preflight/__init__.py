@@ -240,9 +240,9 @@ def static_megatron_check(
     expects it, and its exemplar gives the fix); other absent keys are listed as unverified
     (the scan cannot tell whether their branch is taken).
     """
+    from nemo_fp8_rl.config.nemo_defaults import has_key
     from nemo_fp8_rl.engines.nemo.driver.handoff import left_out_reason
     from nemo_fp8_rl.engines.nemo.preflight.config_reads import bracket_reads
-    from nemo_fp8_rl.engines.nemo.preflight.exemplars import has_key
 
     live, errors, unverified = {"policy": policy_config}, [], []
     for rel in MEGATRON_FILES:
