@@ -53,7 +53,7 @@ def check_recipe(recipe: Recipe, platform: Platform | None = None) -> list[str]:
     """Problems that stop this engine before anything starts (empty list: runnable); the
     platform's own first (default: the recipe's, `platform_for`)."""
     cfg = recipe.config
-    problems = (platform or platform_for(cfg)).problems(cfg)
+    problems = list((platform or platform_for(cfg)).problems(cfg))
     calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
     megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
     if calibrated and not megatron:
