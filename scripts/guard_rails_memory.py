@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from nemo_fp8_rl.config import load_recipe  # noqa: E402
 from nemo_fp8_rl.config.gpus import gpu_by_name  # noqa: E402
-from nemo_fp8_rl.engines.nemo.guard_rails import model_config  # noqa: E402
+from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config  # noqa: E402
 from nemo_fp8_rl.guards.memory_model import GIB, kv_bytes_per_token, vllm_parts  # noqa: E402
 from nemo_fp8_rl.guards.model_shapes import count_params, embedding_params  # noqa: E402
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.guard_rails import model_config
+from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
 from nemo_fp8_rl.guards.catalogue import guard_context, run_checks
 from nemo_fp8_rl.guards.findings import GuardReport
 from nemo_fp8_rl.guards.worker_gpu import resolve_worker_gpu

@@ -124,7 +124,7 @@ def test_nemo_rl_engine_metrics_path_flags_and_records_the_event(tmp_path, capsy
     """NeMo RL's loop logs per prefix (`train`, `timing`, several calls a step); the tee's
     monitor counts steps of the metric, prints one line and writes the event after the step's
     row; a resumed run replays the file and does not repeat it."""
-    from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee, health_monitor
+    from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee, health_monitor
 
     path = tmp_path / "metrics.jsonl"
     config = {"policy": {"generation": {"vllm_cfg": {"precision": "fp8"}}, "megatron_cfg": {}}}

@@ -334,7 +334,7 @@ def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_
     the GPU named by --gpu, and refuses before anything reaches Slurm."""
     from nemo_fp8_rl.cli.common import invoke
     from nemo_fp8_rl.cli.submit import main
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo import available
 
     if available()[0]:
         pytest.skip("NeMo RL is importable here: submit runs the full preflight (contract suite)")

@@ -142,7 +142,7 @@ def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: s
 
 def _show_memory(recipe, gpu: str | None) -> int:
     from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
-    from nemo_fp8_rl.engines.nemo.guard_rails import model_config
+    from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
     from nemo_fp8_rl.guards.memory import breakdown
 
     if recipe.config["cluster"]["gpus_per_node"] == 0:

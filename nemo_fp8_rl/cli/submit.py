@@ -189,7 +189,7 @@ def preflight_gate(recipe, skip: bool) -> int | None:
     if skip:
         print("preflight skipped (--no-preflight): the launch was not rehearsed", file=sys.stderr)
         return None
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     ok, why = available()
     if not ok:
@@ -224,7 +224,7 @@ def _gate_recipe(recipe, partition: str | None):
 
 def guard_gate(recipe) -> None:
     """The guard rails alone (no NeMo RL here: its tree's checks skip, saying so)."""
-    from nemo_fp8_rl.engines.nemo.guard_rails import pre_launch_report
+    from nemo_fp8_rl.engines.nemo.driver.guard_rails import pre_launch_report
 
     report = pre_launch_report(recipe)
     print(report.render(), file=sys.stderr)

@@ -18,7 +18,7 @@ from nemo_fp8_rl.guards.catalogue import guard_context, run_checks
 from nemo_fp8_rl.guards.findings import GuardReport
 from nemo_fp8_rl.guards.worker_gpu import resolve_worker_gpu
 
-MODEL_CONFIGS = Path(__file__).parent / "model_configs"
+MODEL_CONFIGS = Path(__file__).parents[1] / "model_configs"
 
 
 def model_config(model_name: str) -> dict[str, Any] | None:
