@@ -130,6 +130,7 @@ class _Prepared:
     master_config: Any
     tokenizer: Any
     data: tuple[Any, Any, Any, Any]
+    real_vllm: bool = False  # the CPU loop generates with real vLLM (`cpu.vllm_choice`)
 
 
 def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _Prepared:
@@ -140,8 +141,10 @@ def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _
     from nemo_rl.models.generation import configure_generation_config
 
     handed = to_nemo_config(recipe)
+    real_vllm = False
     if cpu_inputs is not None:
-        handed = cpu_loop.cpu_config(handed, cpu_inputs)
+        real_vllm = cpu_loop.generation_choice(handed).real_vllm
+        handed = cpu_loop.cpu_config(handed, cpu_inputs, real_vllm)
         write_handoff(recipe, Path(recipe.run_dir), handed)
     config = validate_with_nemo_rl(handed)
     _start_ray(recipe, cpu=cpu_inputs is not None)
@@ -155,7 +158,7 @@ def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _
         trains_mtp=bool(megatron_cfg.get("mtp_num_layers")),
     )
     data = setup_response_data(tokenizer, config.data, config.env)
-    return _Prepared(config, tokenizer, data)
+    return _Prepared(config, tokenizer, data, real_vllm)
 
 
 def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
@@ -269,7 +272,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False
     if cpu:
         factory, workers = (
             cpu_loop.policy_factory(quantize_on),
-            cpu_loop.generation_worker(quantize_on),
+            cpu_loop.generation_worker(quantize_on, prepared.real_vllm),
         )
     else:
         factory = _policy_factory(calibrated, quantize_on)

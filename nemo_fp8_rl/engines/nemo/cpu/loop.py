@@ -11,7 +11,12 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
   path over gloo (`collective`) and served by the async CPU worker (`async_generation_worker`);
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
   `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
-* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
+* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`):
+  generation on NeMo RL's own vLLM worker over vLLM's CPU build where it can run, else on the
+  stand-in (`vllm_choice` decides and says why);
+* with real vLLM, `policy.generation.vllm_cfg.enforce_eager: true`: vLLM's torch.compile of the
+  model graph (inductor, C++ code generation) takes minutes on 2 cores and changes no value
+  a CUDA graph would not.
 """
 
 from __future__ import annotations
@@ -27,6 +32,11 @@ GENERATION_WORKERS = [
     f"{PACKAGE}.generation_worker.CpuTrainerFp8GenerationWorker",
     f"{PACKAGE}.async_generation_worker.CpuAsyncGenerationWorker",
     f"{PACKAGE}.async_generation_worker.CpuTrainerFp8AsyncGenerationWorker",
+    *(
+        f"{PACKAGE}.vllm_worker.CpuVllm{trainer}{kind}GenerationWorker"
+        for trainer in ("", "TrainerFp8")
+        for kind in ("", "Async")
+    ),
 ]
 # NeMo RL's own actors of asynchronous GRPO, run in this interpreter like the workers (their
 # registry entry otherwise builds a `uv` environment from NeMo RL's checkout)
@@ -53,9 +63,14 @@ def is_cpu_recipe(config: dict[str, Any]) -> bool:
     return config["cluster"]["gpus_per_node"] == 0
 
 
-def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
-    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`)."""
+def cpu_config(
+    config: dict[str, Any], inputs: dict[str, str], real_vllm: bool = False
+) -> dict[str, Any]:
+    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`;
+    `real_vllm`: generation on real vLLM, `vllm_choice`)."""
     out = copy.deepcopy(config)
+    if real_vllm:
+        out["policy"]["generation"]["vllm_cfg"]["enforce_eager"] = True
     out["cluster"]["gpus_per_node"] = logical_gpus(config)
     out["cluster"]["num_nodes"] = 1
     policy = out["policy"]
@@ -120,8 +135,17 @@ def policy_factory(quantize_on: str) -> Any:
     return make_policy
 
 
-def generation_worker(quantize_on: str) -> Any:
+def generation_choice(config: dict[str, Any]) -> Any:
+    """Real vLLM or the stand-in for this recipe here (`vllm_choice.choose`), said in one line."""
+    from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import choose
+
+    choice = choose(config)
+    print(f"generation: {choice.reason}", flush=True)
+    return choice
+
+
+def generation_worker(quantize_on: str, real_vllm: bool = False) -> Any:
     """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
     from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
 
-    return cpu_generation_worker(quantize_on)
+    return cpu_generation_worker(quantize_on, real_vllm)
