@@ -102,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         if recipe.config["cluster"]["gpus_per_node"] == 0:  # NeMo RL's loop on this CPU
             from nemo_fp8_rl.engines import tiny_handover
 
-            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(recipe, run_dir)
+            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(
+                recipe, run_dir, resume=args.resume
+            )
     previous = raise_on_sigterm()  # `kill` ends the run as Ctrl-C does (exit 130), cleanly
     try:
         run_dir = run(recipe, **kwargs)

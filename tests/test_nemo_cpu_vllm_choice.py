@@ -1,0 +1,65 @@
+"""Which generation worker NeMo RL's loop on CPU runs: real vLLM where it can, else the stand-in,
+with a line saying why (`engines.nemo.cpu.vllm_choice`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nemo_fp8_rl.engines.nemo.cpu import vllm_choice
+from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import (
+    GenerationChoiceError,
+    blocker,
+    choose,
+    cpu_flags,
+)
+
+
+def _config(precision: str) -> dict:
+    return {"policy": {"generation": {"vllm_cfg": {"precision": precision}}}}
+
+
+AMX = {"avx512f", "amx_tile", "amx_bf16", "amx_int8"}
+
+
+def test_cpu_flags_reads_the_flags_line(tmp_path: Path) -> None:
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nflags\t\t: fpu sse amx_tile amx_bf16\nbugs\t: none\n")
+    assert cpu_flags(info) == {"fpu", "sse", "amx_tile", "amx_bf16"}
+    assert cpu_flags(tmp_path / "missing") == set()
+
+
+def test_block_fp8_needs_amx_and_bf16_does_not() -> None:
+    assert blocker(_config("fp8"), AMX, "0.25.1") is None
+    why = blocker(_config("fp8"), {"avx512f"}, "0.25.1")
+    assert why is not None and "AMX" in why and "amx_tile" in why and "amx_bf16" in why
+    assert blocker(_config("bfloat16"), {"avx512f"}, "0.25.1") is None
+
+
+def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
+    why = blocker(_config("bfloat16"), AMX, None)
+    assert why is not None and "scripts/nemo-rl-env.sh --vllm" in why
+
+
+def test_choice_falls_back_with_the_reason_and_can_be_forced(monkeypatch) -> None:
+    monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.25.1")
+    monkeypatch.delenv(vllm_choice.VARIABLE, raising=False)
+    assert choose(_config("fp8"), AMX).real_vllm
+    fallback = choose(_config("fp8"), {"avx2"})
+    assert not fallback.real_vllm and "needs AMX" in fallback.reason
+    monkeypatch.setenv(vllm_choice.VARIABLE, "stand-in")
+    assert not choose(_config("fp8"), AMX).real_vllm
+    monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")
+    with pytest.raises(GenerationChoiceError, match="needs AMX"):
+        choose(_config("fp8"), {"avx2"})
+    monkeypatch.setenv(vllm_choice.VARIABLE, "gpu")
+    with pytest.raises(GenerationChoiceError, match="not a choice"):
+        choose(_config("fp8"), AMX)
+
+
+def test_the_installed_vllm_is_seen_as_installed() -> None:
+    """This environment's answer agrees with whether `vllm` imports here."""
+    import importlib.util
+
+    assert (vllm_choice.vllm_version() is None) == (importlib.util.find_spec("vllm") is None)
