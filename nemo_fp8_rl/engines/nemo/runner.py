@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,11 +113,16 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     return run_dir
 
 
-def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
-    """environment.json: versions, host, engine, and which NeMo RL ran."""
-    rundir.write_environment(
-        run_dir, "nemo", {"nemo_rl": info.version, "nemo_rl_location": info.location}
-    )
+def write_environment(
+    run_dir: Path, info: compat.NemoRLInfo, seconds: dict[str, float] | None = None
+) -> None:
+    """environment.json: versions, host, engine, which NeMo RL ran, and (once known) the seconds
+    of each stage of the run (`seconds`: model and warm-up, Ray and data, NeMo RL's setup and
+    training, total), as the embedded engine records them."""
+    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    if seconds is not None:
+        extra["seconds"] = seconds
+    rundir.write_environment(run_dir, "nemo", extra)
 
 
 def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -366,8 +372,20 @@ def run(
         write_environment(run_dir, info)
         export_package_path(run_dir)
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
+        t0 = time.perf_counter()
         inputs = cpu_inputs(run_dir) if on_cpu and cpu_inputs is not None else None
-        _train(recipe, run_dir, _prepare_nemo(recipe, inputs), cpu=on_cpu)
+        t_inputs = time.perf_counter()
+        prepared = _prepare_nemo(recipe, inputs)
+        t_prepared = time.perf_counter()
+        _train(recipe, run_dir, prepared, cpu=on_cpu)
+        end = time.perf_counter()
+        seconds = {
+            "model_and_warmup": t_inputs - t0,
+            "ray_and_data": t_prepared - t_inputs,
+            "setup_and_training": end - t_prepared,
+            "total": end - t0,
+        }
+        write_environment(run_dir, info, seconds)
     finally:
         if on_cpu:
             from nemo_fp8_rl.engines.nemo.cpu import cluster
