@@ -7,8 +7,9 @@ project's extensions check the metadata first, in `prepare_refit_info`, so a bad
 before any weight moves (the trainer path's check is `vllm_refit.check_refit_info`).
 
 The check resolves each name the way vLLM's loader does for its dense layers: the model's
-`hf_to_vllm_mapper` renames it, a part of a fused layer (`q_proj` of `qkv_proj`, `gate_proj` of
-`gate_up_proj`: the model's `packed_modules_mapping`) names its shard. For a name that resolves to
+`hf_to_vllm_mapper` renames it (with vLLM 0.25 also a part of a fused layer, `q_proj` ->
+`qkv_proj` shard "q"); otherwise a part of a fused layer (`q_proj` of `qkv_proj`, `gate_proj`
+of `gate_up_proj`: the model's `packed_modules_mapping`) names its shard. For a name that resolves to
 a layer, the full (unsharded) shape is known from the layer's own sizes, independent of tensor
 parallelism and of the kernel's weight layout after loading:
 
@@ -64,11 +65,24 @@ def _fused_parts(model: Any) -> dict[str, tuple[str, int]]:
     return parts
 
 
-def _vllm_name(model: Any, name: str) -> str | None:
-    """`name` as vLLM's loader renames it (None: the loader drops it)."""
+QKV_SHARDS = {"q": 0, "k": 1, "v": 2}
+
+
+def _vllm_name(model: Any, name: str) -> tuple[str, int | None] | None:
+    """`name` as vLLM's loader renames it, with the shard of a fused layer when the renaming
+    says it (vLLM 0.25's stacked renamings: `q_proj` -> `qkv_proj`, shard "q"); None: the
+    loader drops it."""
     mapper = getattr(model, "hf_to_vllm_mapper", None)
+    with_shard = getattr(mapper, "_map_name_with_shard", None)
+    if callable(with_shard):
+        mapped = with_shard(name)
+        if mapped is None:
+            return None
+        new, shard = mapped
+        return new, QKV_SHARDS.get(shard, shard) if isinstance(shard, str) else shard
     rename = getattr(mapper, "_map_name", None)
-    return rename(name) if callable(rename) else name
+    new = rename(name) if callable(rename) else name
+    return None if new is None else (new, None)
 
 
 def _full_shape(module: Any, shard: int | None) -> tuple[int, ...] | None:
@@ -90,12 +104,12 @@ def _full_shape(module: Any, shard: int | None) -> tuple[int, ...] | None:
 def _expected(model: Any, modules: Mapping[str, Any], name: str) -> tuple[int, ...] | None:
     """The shape vLLM's model needs for metadata entry `name`; None: not one of its layers."""
     mapped = _vllm_name(model, name)
-    if mapped is None or "." not in mapped:
+    if mapped is None or "." not in mapped[0]:
         return None
-    path, leaf = mapped.rsplit(".", 1)
+    path, leaf = mapped[0].rsplit(".", 1)
     owner, _, last = path.rpartition(".")
-    shard = None
-    if last in (parts := _fused_parts(model)):
+    shard = mapped[1]
+    if shard is None and last in (parts := _fused_parts(model)):
         fused, shard = parts[last]
         path = f"{owner}.{fused}" if owner else fused
     module = modules.get(path)
