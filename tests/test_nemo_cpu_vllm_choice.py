@@ -63,3 +63,17 @@ def test_the_installed_vllm_is_seen_as_installed() -> None:
     import importlib.util
 
     assert (vllm_choice.vllm_version() is None) == (importlib.util.find_spec("vllm") is None)
+
+
+def test_fused_parts_that_are_not_whole_fp8_blocks_are_named() -> None:
+    """The tiny Qwen3 (q 128, k/v 64 wide, MLP 384): q/k/v stay BF16 for vLLM; a model with 8
+    KV heads of 128 keeps every layer in FP8."""
+    from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import misfit_keywords
+
+    tiny = {"num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
+            "hidden_size": 128, "intermediate_size": 384}  # fmt: skip
+    assert misfit_keywords(tiny) == ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"]
+    real = {"num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+            "intermediate_size": 12288}  # fmt: skip
+    assert misfit_keywords(real) == []
+    assert "mlp.gate_proj" in misfit_keywords({**real, "intermediate_size": 320})

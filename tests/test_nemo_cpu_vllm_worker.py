@@ -43,10 +43,13 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Any:
     from nemo_fp8_rl.engines.nemo.cpu import cluster
     from nemo_fp8_rl.engines.nemo.cpu import vllm_worker as vw
 
+    from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import model_misfits
+
     path = write_checkpoint(tmp_path_factory.mktemp("vllm") / "model")
     cfg = gen_config(path, precision="fp8", load_format="auto", enforce_eager=True)
     cfg["vllm_cfg"].update(use_deep_gemm=False, num_first_layers_in_bf16=0,
-                           num_last_layers_in_bf16=0, is_mx=False)  # fmt: skip
+                           num_last_layers_in_bf16=0, is_mx=False,
+                           quantization_ignored_layer_kws=model_misfits(path))  # fmt: skip
     cluster.set_environment()
     cluster.start_ray(1)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}

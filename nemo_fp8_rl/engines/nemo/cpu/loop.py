@@ -16,7 +16,9 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
   stand-in (`vllm_choice` decides and says why);
 * with real vLLM, `policy.generation.vllm_cfg.enforce_eager: true`: vLLM's torch.compile of the
   model graph (inductor, C++ code generation) takes minutes on 2 cores and changes no value
-  a CUDA graph would not.
+  a CUDA graph would not; and in block FP8, the fused layers whose parts are not whole 128-row
+  blocks kept in BF16 (`vllm_cfg.quantization_ignored_layer_kws`, `fp8_block_fit`: the tiny
+  model's q/k/v projections), which vLLM cannot load from NeMo RL's refit otherwise.
 """
 
 from __future__ import annotations
@@ -70,7 +72,10 @@ def cpu_config(
     `real_vllm`: generation on real vLLM, `vllm_choice`)."""
     out = copy.deepcopy(config)
     if real_vllm:
-        out["policy"]["generation"]["vllm_cfg"]["enforce_eager"] = True
+        vllm_cfg = out["policy"]["generation"]["vllm_cfg"]
+        vllm_cfg["enforce_eager"] = True
+        if vllm_cfg.get("precision") == "fp8":
+            _keep_misfits_in_bf16(vllm_cfg, inputs["model"])
     out["cluster"]["gpus_per_node"] = logical_gpus(config)
     out["cluster"]["num_nodes"] = 1
     policy = out["policy"]
@@ -83,6 +88,21 @@ def cpu_config(
         "data_path": inputs["validation"],
     }
     return out
+
+
+def _keep_misfits_in_bf16(vllm_cfg: dict[str, Any], model_dir: str) -> None:
+    """Add the model's fused parts that are not whole FP8 blocks to the BF16 keywords, said."""
+    from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import model_misfits
+
+    kws = list(vllm_cfg.get("quantization_ignored_layer_kws") or [])
+    added = [kw for kw in model_misfits(model_dir) if kw not in kws]
+    if added:
+        vllm_cfg["quantization_ignored_layer_kws"] = kws + added
+        print(
+            f"generation: {', '.join(added)} served in BF16 (not whole 128-row FP8 blocks; "
+            "vLLM cannot load them from NeMo RL's block-FP8 refit)",
+            flush=True,
+        )
 
 
 def policy_worker(quantize_on: str) -> str:
