@@ -78,11 +78,25 @@ def _prompts(path: Path) -> Any:
     )
 
 
-def _generate(worker: Any) -> Any:
+def _generate(worker: Any, greedy: bool = True) -> Any:
     import ray
 
     actor, path = worker
-    return ray.get(actor.generate.remote(data=_prompts(path), greedy=True), timeout=HANG_S)
+    return ray.get(actor.generate.remote(data=_prompts(path), greedy=greedy), timeout=HANG_S)
+
+
+def test_a_batch_samples_the_same_tokens_whenever_it_is_drawn(worker: Any) -> None:
+    """Per-request seeds from the batch (`request_seeds`): sampling the same batch twice gives the
+    same tokens, as a resumed run must (the engine's one random stream would not)."""
+    from nemo_fp8_rl.engines.nemo.cpu.vllm_worker import request_seeds
+
+    first, second = _generate(worker, greedy=False), _generate(worker, greedy=False)
+    assert torch.equal(first["output_ids"], second["output_ids"])
+    assert torch.equal(first["logprobs"], second["logprobs"])
+    data = _prompts(worker[1])
+    seeds = request_seeds(0, data["input_ids"], data["input_lengths"])
+    assert len(set(seeds)) == 3 and seeds == request_seeds(0, data["input_ids"], data["input_lengths"])
+    assert request_seeds(1, data["input_ids"], data["input_lengths"]) != seeds
 
 
 def _metadata(path: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
@@ -93,14 +107,15 @@ def _metadata(path: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
     return {name: (t.shape, torch.bfloat16) for name, t in state.items()}
 
 
-def test_the_subclass_answers_only_the_four_gpu_only_points() -> None:
+def test_the_subclass_answers_only_the_four_gpu_only_points_and_seeds_requests() -> None:
     from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
     from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
     from nemo_fp8_rl.engines.nemo.cpu import vllm_worker as vw
 
     for impl, nemo, own in (
-        (vw.CpuVllmGenerationWorkerImpl, VllmGenerationWorkerImpl, {"sleep", "wake_up"}),
+        (vw.CpuVllmGenerationWorkerImpl, VllmGenerationWorkerImpl,
+         {"sleep", "wake_up", "generate", "_init_config"}),
         (vw.CpuVllmAsyncGenerationWorkerImpl, VllmAsyncGenerationWorkerImpl,
          {"sleep_async", "wake_up_async"}),
     ):  # fmt: skip

