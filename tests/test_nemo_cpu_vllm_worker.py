@@ -42,7 +42,6 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
     from nemo_fp8_rl.engines.nemo.cpu import cluster
     from nemo_fp8_rl.engines.nemo.cpu import vllm_worker as vw
-
     from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import model_misfits
 
     path = write_checkpoint(tmp_path_factory.mktemp("vllm") / "model")
