@@ -52,9 +52,9 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Any:
     cluster.set_environment()
     cluster.start_ray(1)
     env = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "OMP_NUM_THREADS": "1"}
-    actor = vw.CpuVllmGenerationWorker.options(
-        num_gpus=1, runtime_env={"env_vars": env}
-    ).remote(cfg, bundle_indices=[0], seed=0)
+    actor = vw.CpuVllmGenerationWorker.options(num_gpus=1, runtime_env={"env_vars": env}).remote(
+        cfg, bundle_indices=[0], seed=0
+    )
     ray.get(actor.post_init.remote(), timeout=HANG_S)
     yield actor, path
     ray.get(actor.shutdown.remote(), timeout=HANG_S)
@@ -94,7 +94,9 @@ def test_a_batch_samples_the_same_tokens_whenever_it_is_drawn(worker: Any) -> No
     assert torch.equal(first["logprobs"], second["logprobs"])
     data = _prompts(worker[1])
     seeds = request_seeds(0, data["input_ids"], data["input_lengths"])
-    assert len(set(seeds)) == 3 and seeds == request_seeds(0, data["input_ids"], data["input_lengths"])
+    assert len(set(seeds)) == 3 and seeds == request_seeds(
+        0, data["input_ids"], data["input_lengths"]
+    )
     assert request_seeds(1, data["input_ids"], data["input_lengths"]) != seeds
 
 

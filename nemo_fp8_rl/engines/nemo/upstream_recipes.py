@@ -61,8 +61,7 @@ COMMON: dict[str, str] = {
     ),
     "cluster.master_port_range_high": "as cluster.master_port_range_low",
     "policy.generation.vllm_cfg.use_tqdm": (
-        "vLLM's per-batch progress bars off: the run prints its own progress line; no value "
-        "changes"
+        "vLLM's per-batch progress bars off: the run prints its own progress line; no value changes"
     ),
     "policy.megatron_cfg.env_vars": "{} for NeMo RL's null: no extra variables either way",
     "logger.wandb.project": "the project's own name for its runs (W&B, SwanLab, MLflow)",

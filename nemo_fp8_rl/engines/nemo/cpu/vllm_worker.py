@@ -90,8 +90,7 @@ def request_seeds(seed: int | None, input_ids: torch.Tensor, lengths: torch.Tens
         digest.update(repr(row[: int(n)]).encode())
     base = digest.digest()
     return [
-        int.from_bytes(hashlib.sha256(base + i.to_bytes(8, "little")).digest()[:8], "little")
-        >> 1
+        int.from_bytes(hashlib.sha256(base + i.to_bytes(8, "little")).digest()[:8], "little") >> 1
         for i in range(len(lengths))
     ]
 
