@@ -266,6 +266,21 @@ def test_a_refit_whose_metadata_disagrees_with_the_model_is_refused_on_the_runni
 
 
 @pytest.mark.slow
+def test_trainer_quantized_refit_runs_the_loop(tmp_path: Path) -> None:
+    """`refit.quantize_on: trainer`: the policy worker sends FP8 pairs, the generation worker's
+    extension loads them as sent (its metadata check first); four steps with calibration."""
+    run_dir = tmp_path / "run"
+    proc = train(run_dir, "refit.quantize_on=trainer", "grpo.max_num_steps=4",
+                 "checkpointing.save_period=4")  # fmt: skip
+    ok(proc)
+    assert "TrainerFp8" in proc.stdout or "TrainerFp8" in proc.stderr
+    steps = train_rows(run_dir)
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert all(row["train/loss"] == row["train/loss"] for row in steps.values())  # finite
+    assert "quantize_on: trainer" in (run_dir / "nemo_rl_config.yaml").read_text()
+
+
+@pytest.mark.slow
 def test_async_grpo_shadow_observations_reach_the_calibrator(tmp_path: Path) -> None:
     """NeMo RL's `async_grpo_train` (trajectories one step old, generation on its own logical
     GPU through the async engine, refit by the collective path): the shadow passes of steps 1

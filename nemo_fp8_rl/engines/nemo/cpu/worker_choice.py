@@ -47,6 +47,7 @@ def cpu_generation_worker(quantize_on: str = "generator", real_vllm: bool = Fals
                 f"{' and '.join(replaced)} only",
                 "use NeMo RL's vLLM backend without a quantization worker",
             )
+        print(f"generation worker: {replaced[chosen]}", flush=True)
         return replaced[chosen]
 
     vllm_generation.resolve_generation_worker_cls = resolve
