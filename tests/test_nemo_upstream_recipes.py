@@ -42,7 +42,7 @@ def _upstream(name: str) -> tuple[dict, list[str]]:
 @pytest.mark.parametrize("name", list(FOLLOWS))
 def test_recipe_follows_nemo_rl_key_for_key(name):
     upstream, keys = _upstream(name)
-    assert len(keys) > 300  # the base layer's keys are compared too
+    assert len(keys) > 250  # the base layer's keys are compared too (~290 on v0.7.0, ~330 on main)
     assert mismatches(to_nemo_config(load_recipe(name)), upstream, keys, FOLLOWS[name]) == []
 
 

@@ -97,6 +97,9 @@ class Follows:
 
     upstream: str  # relative to examples/configs/recipes/llm/
     deviations: dict[str, str] = field(default_factory=dict)
+    # keys where an older NeMo RL snapshot's file differs from main's, which the recipe follows
+    # (not reported when equal: on main they are)
+    older: dict[str, str] = field(default_factory=dict)
 
 
 _DSV3 = {
@@ -155,7 +158,13 @@ FOLLOWS: dict[str, Follows] = {
         "performance/grpo-llama3.1-8b-instruct-2n8g-fp8-async-1off.yaml", _LLAMA
     ),
     "moonlight-16b-a3b/grpo-moonlight-16b-a3b-4n8g-fp8-uncalibrated": Follows(
-        "grpo-moonlight-16ba3b-4n8g-megatron-fp8-e2e.yaml", _MOONLIGHT
+        "grpo-moonlight-16ba3b-4n8g-megatron-fp8-e2e.yaml",
+        _MOONLIGHT,
+        {
+            "policy.generation.vllm_kwargs.kv_cache_memory_bytes": (
+                "20 GiB of KV cache as NeMo RL main's file sets it (v0.7.0's sets none)"
+            )
+        },
     ),
 }
 
@@ -190,6 +199,19 @@ def resolved_keys(upstream: dict[str, Any]) -> list[str]:
     return list(_leaves(upstream))
 
 
+def _compared(handoff: dict[str, Any], upstream: dict[str, Any], keys: list[str]) -> list[str]:
+    """`keys`, with an empty section of NeMo RL's (`vllm_kwargs: {}`) replaced by the hand-off's
+    leaves under it, each then compared with NeMo RL's absent value."""
+    out: list[str] = []
+    for key in keys:
+        theirs, ours = _get(upstream, key), _get(handoff, key)
+        if theirs == {} and isinstance(ours, dict) and ours:
+            out += [f"{key}.{sub}" for sub in _leaves(ours)]
+        else:
+            out.append(key)
+    return out
+
+
 def _get(tree: dict[str, Any], dotted: str) -> Any:
     node: Any = tree
     for part in dotted.split("."):
@@ -214,11 +236,14 @@ def mismatches(
     `deviations` or `COMMON`), and the recipe's listed deviations whose values no longer differ;
     empty when the recipe follows the file exactly."""
     out = []
+    keys = _compared(handoff, upstream, keys)
     # A deviation may also be of a key NeMo RL's file does not set.
     for key in [*keys, *(k for k in follows.deviations if k not in keys)]:
         if key in DERIVED:
             continue
         ours, theirs = _get(handoff, key), _get(upstream, key)
+        if key in follows.older:
+            continue
         if key in follows.deviations:
             if ours == theirs:
                 out.append(f"{key}: listed as a deviation but equal to NeMo RL's {theirs!r}")
