@@ -18,13 +18,10 @@ set -euo pipefail
 
 VLLM=()
 if [[ "${1:-}" == "--vllm" ]]; then VLLM=(--vllm); shift; fi
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 [--vllm] /path/to/nemo-rl [pytest args]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[pytest args]   ([--vllm] first for the environment with vLLM)" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
 cd "$REPO"

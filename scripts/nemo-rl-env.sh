@@ -28,13 +28,10 @@ set -euo pipefail
 
 VLLM=0
 if [[ "${1:-}" == "--vllm" ]]; then VLLM=1; shift; fi
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 [--vllm] /path/to/nemo-rl [-- command ...]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[-- command ...]   ([--vllm] first for the environment with vLLM)" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 LOCKS="$REPO/scripts/nemo-rl-env"
 
 if [[ $VLLM -eq 1 ]]; then
@@ -49,8 +46,7 @@ if [[ $VLLM -eq 1 ]]; then
   fi
   ENV_DIR=${NEMO_RL_VLLM_ENV:-${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-vllm-$VERSION-env}}
 else
-  LOCK="$LOCKS/cpu.txt"
-  ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
+  LOCK="$LOCKS/cpu.txt"  # ENV_DIR: NEMO_RL_ENV or its default (nemo-rl-common.sh)
 fi
 ENV_DIR=$(mkdir -p "$ENV_DIR" && cd "$ENV_DIR" && pwd)
 STAMP="$ENV_DIR/nemo-fp8-rl-lock.sha256"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from nemo_fp8_rl.engines.nemo.metrics_log import LOAD_AVERAGE, MetricsTee
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import LOAD_AVERAGE, MetricsTee
 
 
 class RecordingLogger:

@@ -12,8 +12,8 @@ from __future__ import annotations
 from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtension
 
 from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
-from nemo_fp8_rl.engines.nemo.generator_refit_check import GeneratorRefitCheck
-from nemo_fp8_rl.engines.nemo.vllm_extension import TrainerFp8WorkerExtension
+from nemo_fp8_rl.engines.nemo.worker.generator_refit_check import GeneratorRefitCheck
+from nemo_fp8_rl.engines.nemo.worker.vllm_extension import TrainerFp8WorkerExtension
 
 
 class _CpuVllmDevice:

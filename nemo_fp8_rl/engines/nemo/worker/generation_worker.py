@@ -23,8 +23,10 @@ from nemo_rl.distributed.worker_group_utils import get_nsight_config_if_pattern_
 from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
 from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
-EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.vllm_extension.TrainerFp8WorkerExtension"
-CHECKED_EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.vllm_extension.GeneratorCheckedWorkerExtension"
+EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.worker.vllm_extension.TrainerFp8WorkerExtension"
+CHECKED_EXTENSION_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.vllm_extension.GeneratorCheckedWorkerExtension"
+)
 NEMO_EXTENSION_FQN = "nemo_rl.models.generation.vllm.vllm_backend.VllmInternalWorkerExtension"
 
 
