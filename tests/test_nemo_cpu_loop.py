@@ -100,7 +100,7 @@ def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) ->
     env = json.loads((five_steps / "environment.json").read_text())
     assert env["engine"] == "nemo"
     seconds = env["seconds"]
-    for stage in ("model_and_warmup", "ray_and_data", "setup_and_training", "total"):
+    for stage in ("handoff", "ray_start", "tokenizer_and_data", "setup_and_training", "total"):
         assert seconds[stage] >= 0, seconds
     for k, row in steps.items():
         assert row["system/load_average_1min"] >= 0, f"step {k}: no load average"
