@@ -45,9 +45,12 @@ def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
 def test_choice_falls_back_with_the_reason_and_can_be_forced(monkeypatch) -> None:
     monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.25.1")
     monkeypatch.delenv(vllm_choice.VARIABLE, raising=False)
-    assert choose(_config("fp8"), AMX).real_vllm
+    default = choose(_config("fp8"), AMX)  # opt-in until NeMo RL's refit into vLLM CPU works
+    assert not default.real_vllm and "refit" in default.reason and "=vllm" in default.reason
     fallback = choose(_config("fp8"), {"avx2"})
     assert not fallback.real_vllm and "needs AMX" in fallback.reason
+    monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")
+    assert choose(_config("fp8"), AMX).real_vllm
     monkeypatch.setenv(vllm_choice.VARIABLE, "stand-in")
     assert not choose(_config("fp8"), AMX).real_vllm
     monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")

