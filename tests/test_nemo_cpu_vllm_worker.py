@@ -38,13 +38,13 @@ HANG_S = 1200  # a hung actor, not a slow one
 def worker(tmp_path_factory: pytest.TempPathFactory) -> Any:
     """One FP8 `CpuVllmGenerationWorker` actor on a local Ray with one logical GPU."""
     import ray
-    from test_nemo_cpu_generation_worker import gen_config, write_checkpoint
+    from test_nemo_cpu_generation_worker import gen_config
 
     from nemo_fp8_rl.engines.nemo.cpu import cluster
     from nemo_fp8_rl.engines.nemo.cpu import vllm_worker as vw
     from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import model_misfits
 
-    path = write_checkpoint(tmp_path_factory.mktemp("vllm") / "model")
+    path = tiny_checkpoint(tmp_path_factory.mktemp("vllm") / "model")
     cfg = gen_config(path, precision="fp8", load_format="auto", enforce_eager=True)
     cfg["vllm_cfg"].update(use_deep_gemm=False, num_first_layers_in_bf16=0,
                            num_last_layers_in_bf16=0, is_mx=False,
@@ -59,6 +59,22 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Any:
     yield actor, path
     ray.get(actor.shutdown.remote(), timeout=HANG_S)
     cluster.stop_ray()
+
+
+def tiny_checkpoint(path: Path) -> Path:
+    """The CPU loop's tiny Qwen3 (`tiny-nemo` recipes' `local.model`, seed 1), untrained, as a
+    Hugging Face folder with the embedded tokenizer and NeMo RL's chat template."""
+    from nemo_fp8_rl.config import load_recipe
+    from nemo_fp8_rl.config.project import LocalConfig
+    from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint
+    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.engines.tiny_handover import CHAT_TEMPLATE
+
+    local = LocalConfig(**load_recipe("tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8").config["local"])
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    save_checkpoint(build_model(local.model, tokenizer, 1), tokenizer, path)
+    return path
 
 
 def _prompts(path: Path) -> Any:
@@ -180,27 +196,19 @@ def test_refit_metadata_that_disagrees_with_vllms_model_is_refused(worker: Any) 
 
 def test_vllm_serves_the_fp8_layers_with_its_cpu_block_fp8_kernel(worker: Any) -> None:
     """vLLM picked `CPUFp8BlockScaledMMKernel` (W8A16 on AMX) for the FP8 linear layers."""
-    import sys
-
-    import cloudpickle
     import ray
 
+    def kernel_names(vllm_worker: Any) -> list[str]:  # inside vLLM's worker
+        names = set()
+        for module in vllm_worker.model_runner.model.modules():
+            kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
+            if kernel is not None:
+                names.add(type(kernel).__name__)
+        return sorted(names)
+
+    def kernels_of_engine(generation_worker: Any) -> list[list[str]]:  # inside the actor
+        return generation_worker.llm.collective_rpc(kernel_names)
+
     actor, _ = worker
-    cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    (kinds,) = ray.get(actor.__ray_call__.remote(_kernels_of_engine), timeout=HANG_S)
+    (kinds,) = ray.get(actor.__ray_call__.remote(kernels_of_engine), timeout=HANG_S)
     assert kinds == ["CPUFp8BlockScaledMMKernel"], kinds
-
-
-def _kernels_of_engine(self: Any) -> list[list[str]]:
-    """Inside the generation actor: each vLLM worker's FP8 linear kernel classes."""
-    return self.llm.collective_rpc(_kernel_names)
-
-
-def _kernel_names(self: Any) -> list[str]:
-    """Inside vLLM's worker: the kernel classes of the FP8 linear layers' quant methods."""
-    names = set()
-    for module in self.model_runner.model.modules():
-        kernel = getattr(getattr(module, "quant_method", None), "fp8_linear", None)
-        if kernel is not None:
-            names.add(type(kernel).__name__)
-    return sorted(names)
