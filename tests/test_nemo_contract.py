@@ -307,7 +307,7 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
         read_event_file,
         read_jsonl,
     )
-    from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee
+    from nemo_fp8_rl.engines.nemo.driver.metrics_log import LOAD_AVERAGE, MetricsTee
 
     cfg = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8").config["logger"]
     cfg = {**cfg, "log_dir": str(tmp_path / "logs"), "wandb_enabled": False}
@@ -323,6 +323,8 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
             writer.flush()
     jsonl, _ = read_jsonl(tmp_path / "metrics.jsonl")
     events = merge_rows(read_event_file(p)[0] for p in find_event_files(tmp_path / "logs"))
+    # the machine's load with each train line: the project's own measurement, not NeMo RL's metric
+    assert all(row.pop(LOAD_AVERAGE) >= 0 for row in jsonl.values())
     assert jsonl[1] == {
         "train/loss": 0.25,
         "train/calib_low": 0.78,

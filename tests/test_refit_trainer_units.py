@@ -66,6 +66,22 @@ def test_generation_worker_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve("nemo_rl.modelopt.VllmQuantGenerationWorker", {})
 
 
+def test_generator_path_gets_the_checked_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`refit.quantize_on: generator`: NeMo RL's vLLM workers become the project's checked ones
+    (the metadata check before any weight moves); a worker NeMo RL chose otherwise is kept."""
+    registered = []
+    monkeypatch.setattr(refit_workers, "register_worker", lambda *a: registered.append(a) or "py")
+    resolve = refit_workers.resolver(lambda default, cfg: default, "generator")
+    assert resolve(VLLM_WORKER_FQN, {}) == refit_workers.CHECKED_GENERATION_WORKER_FQN
+    assert resolve(VLLM_ASYNC_WORKER_FQN, {}) == refit_workers.CHECKED_ASYNC_GENERATION_WORKER_FQN
+    assert [fqn for fqn, _ in registered] == [
+        refit_workers.CHECKED_GENERATION_WORKER_FQN,
+        refit_workers.CHECKED_ASYNC_GENERATION_WORKER_FQN,
+    ]
+    modelopt = "nemo_rl.modelopt.VllmQuantGenerationWorker"
+    assert resolve(modelopt, {}) == modelopt
+
+
 def test_scale_grid() -> None:
     assert scale_shape((128, 256)) == (1, 2)
     assert scale_shape((129, 1)) == (2, 1)

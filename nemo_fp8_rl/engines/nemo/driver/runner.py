@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,11 +119,17 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     return run_dir
 
 
-def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
-    """environment.json: versions, host, engine, and which NeMo RL ran."""
-    rundir.write_environment(
-        run_dir, "nemo", {"nemo_rl": info.version, "nemo_rl_location": info.location}
-    )
+def write_environment(
+    run_dir: Path, info: compat.NemoRLInfo, seconds: dict[str, float] | None = None
+) -> None:
+    """environment.json: versions, host, engine, which NeMo RL ran, and (once known) the seconds
+    of each stage of the run (`seconds`: the hand-off (on the CPU loop: the model and its
+    warm-up), Ray's start, tokenizer and data, NeMo RL's setup and training, total), as the
+    embedded engine records them."""
+    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    if seconds is not None:
+        extra["seconds"] = seconds
+    rundir.write_environment(run_dir, "nemo", extra)
 
 
 def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -136,6 +143,7 @@ class _Prepared:
     master_config: Any
     tokenizer: Any
     data: tuple[Any, Any, Any, Any]
+    seconds: dict[str, float]  # per stage (`write_environment`)
 
 
 def _prepare_nemo(recipe: Recipe, platform: Platform) -> _Prepared:
@@ -145,12 +153,15 @@ def _prepare_nemo(recipe: Recipe, platform: Platform) -> _Prepared:
     from nemo_rl.data.utils import setup_response_data
     from nemo_rl.models.generation import configure_generation_config
 
+    t0 = time.perf_counter()
     handed = to_nemo_config(recipe)
     placed = platform.handoff(handed, Path(recipe.run_dir))
     if placed != handed:
         write_handoff(recipe, Path(recipe.run_dir), placed)
     config = validate_with_nemo_rl(placed)
+    t_handoff = time.perf_counter()
     platform.start_ray(recipe.config)
+    t_ray = time.perf_counter()
     tokenizer = get_tokenizer(config.policy["tokenizer"])
     megatron_cfg = config.policy.get("megatron_cfg") or {}
     config.policy["generation"] = _call_with_supported(
@@ -161,7 +172,12 @@ def _prepare_nemo(recipe: Recipe, platform: Platform) -> _Prepared:
         trains_mtp=bool(megatron_cfg.get("mtp_num_layers")),
     )
     data = setup_response_data(tokenizer, config.data, config.env)
-    return _Prepared(config, tokenizer, data)
+    seconds = {
+        "handoff": t_handoff - t0,
+        "ray_start": t_ray - t_handoff,
+        "tokenizer_and_data": time.perf_counter() - t_ray,
+    }
+    return _Prepared(config, tokenizer, data, seconds)
 
 
 def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
@@ -341,7 +357,13 @@ def run(
         write_environment(run_dir, info)
         export_package_path(run_dir)
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
-        _train(recipe, run_dir, _prepare_nemo(recipe, platform), platform)
+        t0 = time.perf_counter()
+        prepared = _prepare_nemo(recipe, platform)
+        t_prepared = time.perf_counter()
+        _train(recipe, run_dir, prepared, platform)
+        end = time.perf_counter()
+        seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
+        write_environment(run_dir, info, seconds)
     finally:
         platform.stop_ray()
         lock.release(locked)

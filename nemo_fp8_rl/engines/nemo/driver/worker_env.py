@@ -35,6 +35,12 @@ VLLM_ASYNC_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker_async.VllmAs
 ASYNC_GENERATION_WORKER_FQN = (
     "nemo_fp8_rl.engines.nemo.worker.generation_worker.TrainerFp8VllmAsyncGenerationWorker"
 )
+CHECKED_GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.CheckedVllmGenerationWorker"
+)
+CHECKED_ASYNC_GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.CheckedVllmAsyncGenerationWorker"
+)
 PROJECT_NAME = "nemo-fp8-rl"
 PATH_DIR = "pythonpath"  # inside the run directory, for an installed package
 
