@@ -27,7 +27,9 @@ from typing import Any
 
 import yaml
 
+from nemo_fp8_rl.config.errors import RecipeError
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
@@ -186,12 +188,13 @@ def _check_saved(
 ) -> None:
     """The folder holds a run: refuse another recipe's; this recipe's needs --resume or --overwrite."""
     try:
-        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
+        saved = load_yaml_file(saved_path) or {}
         saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
+    except (RecipeError, AttributeError) as exc:
+        why = exc.issues[0].problem if isinstance(exc, RecipeError) else "not a recipe"
         raise RunDirError(
             saved_path,
-            f"cannot read the saved recipe ({type(exc).__name__})",
+            f"cannot read the saved recipe ({why})",
             f"restore it, or pass --run-dir to write elsewhere (or delete {run_dir})",
         ) from exc
     name = config.get("logger", {}).get("wandb", {}).get("name")

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from nemo_fp8_rl.config.loader import MAX_CHAIN_DEPTH
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 
 # Run paths and names derive from the recipe's file name (never copied).
 DERIVED = ("checkpointing.checkpoint_dir", "logger.log_dir", "logger.wandb.name")
@@ -120,8 +121,10 @@ def own_keys(path: Path) -> list[str]:
     """Leaf keys set by `path` and the recipe files it inherits (the chain up to, not including,
     a file outside a `recipes/` folder, i.e. NeMo RL's base configs)."""
     keys: list[str] = []
-    while "recipes" in path.parts:
-        data = yaml.safe_load(path.read_text()) or {}
+    for _ in range(MAX_CHAIN_DEPTH):  # a chain that loops ends here, as the loader's does
+        if "recipes" not in path.parts:
+            break
+        data = load_yaml_file(path) or {}
         parent = data.pop("defaults", None)
         keys += [k for k in _leaves(data) if k not in keys]
         if parent is None:
