@@ -27,7 +27,7 @@ import yaml
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import resolve_all
 from nemo_fp8_rl.config.loader import (
-    MAX_CHAIN_DEPTH,
+    count_load,
     leaf_sources,
     load_chain,
     merge,
@@ -36,7 +36,9 @@ from nemo_fp8_rl.config.loader import (
 )
 from nemo_fp8_rl.config.locations import base_config_path, configs_dir, resolve_parent
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
+from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
+from nemo_fp8_rl.config.user_error import UsageError
 
 FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
 CALIBRATION_OVERLAY = "loss/calibrated-clipping"
@@ -58,6 +60,7 @@ class Imported:
     filled: list[str] = field(default_factory=list)
     derived: dict[str, Any] = field(default_factory=dict)
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # the NeMo RL file and its parents
 
 
 def is_nemo_rl_config(path: Path) -> bool:
@@ -70,10 +73,11 @@ def is_nemo_rl_config(path: Path) -> bool:
     return "grpo" in config and not {"local", "refit"} & set(config)
 
 
-def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
-    """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it."""
+def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict, dict[str, str]]:
+    """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it; every
+    file of its `defaults:` chain is appended to `files`."""
     path = Path(path).resolve()
-    config, prov = _compose(path)
+    config, prov = _compose(path, (), [0], files if files is not None else [])
     if "grpo" not in config:
         issue = ConfigIssue(
             "grpo",
@@ -82,7 +86,9 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
             str(path),
         )
         raise RecipeError(str(path), [issue])
-    issues: list[ConfigIssue] = []
+    issues = shape_issues(config, prov)
+    if issues:
+        raise RecipeError(str(path), issues)
     config = _read_env(config, "", prov, issues)
     resolved, interp = resolve_all(config)
     issues += [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
@@ -91,23 +97,60 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     return resolved, prov
 
 
-def _compose(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, dict[str, str]]:
+def _compose(
+    path: Path, seen: tuple[Path, ...], loads: list[int], files: list[Path]
+) -> tuple[dict, dict[str, str]]:
     """`path` over its `defaults:` parents with NeMo RL's `load_config_with_inheritance` rule:
     `_override_: true` replaces a top-level section; deeper, NeMo RL ignores it (the section
-    merges), so the marker is dropped there."""
-    if path in seen or len(seen) >= MAX_CHAIN_DEPTH:
-        issue = ConfigIssue("defaults", "cycle or too deep a defaults chain", "fix it", str(path))
-        raise RecipeError(str(path), [issue])
+    merges), so the marker is dropped there. Bounded as a recipe's chain is
+    (`loader.count_load`: depth, cycles, and files resolved in all)."""
+    count_load(path, seen, loads)
+    files.append(path)
     data = read_yaml(path)
     merged: dict = {}
     prov: dict[str, str] = {}
     for parent in parent_list(data.pop("defaults", None), path):
-        pdata, pprov = _compose(resolve_parent(parent, path).resolve(), (*seen, path))
+        pdata, pprov = _compose(resolve_parent(parent, path).resolve(), (*seen, path), loads, files)
         merged, prov = merge(merged, prov, pdata, pprov)
     for key, value in data.items():
         if isinstance(value, dict):
             data[key] = _drop_nested_markers(value, top=True)
     return merge(merged, prov, data, leaf_sources(data, str(path)))
+
+
+# Sections the import reads as mappings: every top-level section of NeMo RL's master config,
+# and the policy's sub-sections `_refusals` and `_translate` look into (null: absent).
+SECTIONS = ("grpo", "loss_fn", "policy", "data", "env", "logger", "cluster", "checkpointing")
+SUBSECTIONS = ("policy.generation", "policy.dtensor_cfg", "policy.megatron_cfg")
+
+
+def shape_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """A section written as something other than a mapping (`grpo: null`, `policy: [1, 2]`),
+    located at the file that wrote it; NeMo RL's own code would stop on it with a traceback."""
+    out = []
+    for key in (*SECTIONS, *SUBSECTIONS):
+        parent, _, leaf = key.rpartition(".")
+        node = config.get(parent) if parent else config
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node[leaf]
+        if isinstance(value, dict) or (parent and value is None):
+            continue
+        shown = "null" if value is None else f"a {type(value).__name__} ({_short(value)})"
+        out.append(
+            ConfigIssue(
+                key,
+                f"expected a section (key: value lines under it), got {shown}",
+                f"write {key} as a mapping, or remove it to take NeMo RL's defaults",
+                source_of(prov, key),
+            )
+        )
+    return out
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _drop_nested_markers(node: dict, top: bool = False) -> dict:
@@ -148,7 +191,8 @@ def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssu
 
 def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
     """NeMo RL's config at `path` over the project's base, with the chosen overlays on top."""
-    nemo, nemo_prov = load_nemo_config(path)
+    files: list[Path] = []
+    nemo, nemo_prov = load_nemo_config(path, files)
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
     if refusals:
         raise RecipeError(str(path), refusals)
@@ -170,7 +214,8 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
         # NeMo RL's grpo.setup asserts importance-sampling correction for FP8 rollouts.
         fix = {"loss_fn": {"use_importance_sampling_correction": True}}
         config, prov = merge(config, prov, fix, leaf_sources(fix, FP8_IS_SOURCE))
-    return Imported(Path(path).resolve(), config, prov, overlays, filled, derived, changed)
+    source = Path(path).resolve()
+    return Imported(source, config, prov, overlays, filled, derived, changed, files)
 
 
 WHY_CHANGED = {
@@ -297,11 +342,47 @@ def to_recipe_text(imported: Imported) -> str:
 
 
 def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> Path:
-    """Write the recipe to `dest` and load it; an invalid result is removed and refused, each
-    problem located at the NeMo RL file, overlay or base key that caused it."""
-    dest = Path(dest)
-    if dest.is_dir():
+    """Write the recipe to `dest` once it loads; an invalid result is refused, each problem
+    located at the NeMo RL file, overlay or base key that caused it, and nothing is written.
+
+    The text is validated in a private temporary folder first, then written with
+    `safe_files.write_atomic` (never through a link; a full disk keeps the file it was to
+    replace). `dest` is never the NeMo RL config being imported nor one of its parents.
+    """
+    dest = destination(imported, Path(dest), overwrite)
+    text = to_recipe_text(imported)
+    with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-import-check-") as folder:
+        trial = Path(folder) / dest.name
+        trial.write_text(text, encoding="utf-8")  # ours: a new file in a new private folder
+        try:
+            load_recipe(trial)
+        except RecipeError as exc:
+            issues = [_relocate(i, trial, imported.provenance) for i in exc.issues]
+            raise RecipeError(str(imported.source), issues) from None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    write_atomic(dest, text)
+    return dest
+
+
+def destination(imported: Imported, dest: Path, overwrite: bool) -> Path:
+    """The file `write_imported` writes (a folder gets the source's file name), checked: a
+    .yaml name, not a symbolic link, not the NeMo RL config or a parent of it, and not an
+    existing file unless `overwrite`."""
+    if dest.is_dir():  # a folder (or a link to one) the user named: the file goes in it
         dest = dest / imported.source.name
+    refuse_link(dest)
+    if dest.suffix not in (".yaml", ".yml"):
+        raise UsageError(
+            dest, "not a .yaml file name", "end the name in .yaml (its runs are named after it)"
+        )
+    resolved = dest.resolve()
+    if resolved in {Path(f).resolve() for f in (imported.source, *imported.files)}:
+        what = "being imported" if resolved == imported.source else "a parent of the one imported"
+        raise UsageError(
+            dest,
+            f"is the NeMo RL config {what}; nothing was written",
+            f"give another FILE.yaml (e.g. {imported.source.stem}-recipe.yaml)",
+        )
     if dest.exists() and not overwrite:
         raise RecipeError(
             str(dest),
@@ -311,14 +392,6 @@ def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> P
                 )
             ],
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(to_recipe_text(imported))
-    try:
-        load_recipe(dest)
-    except RecipeError as exc:
-        dest.unlink()
-        issues = [_relocate(i, dest, imported.provenance) for i in exc.issues]
-        raise RecipeError(str(imported.source), issues) from None
     return dest
 
 

@@ -19,7 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from nemo_fp8_rl.config.safe_files import FULL, check_folder, disk_full
+from nemo_fp8_rl.config.safe_files import check_folder, disk_full, out_of_space
 from nemo_fp8_rl.config.user_error import UserError
 
 INDEX = "model.safetensors.index.json"
@@ -75,7 +75,7 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
         publish_modes(tmp)
     except BaseException as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        full = _out_of_space(exc)
+        full = out_of_space(exc)
         if full is not None:
             kept = "the earlier export is kept" if out.exists() else "nothing was written"
             raise disk_full(out, full, kept) from exc
@@ -93,18 +93,6 @@ def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
         raise
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
-
-
-def _out_of_space(exc: BaseException) -> OSError | None:
-    """The disk-full error behind `exc` (an OSError, or the safetensors writer's own error,
-    which carries only the message), else None."""
-    if isinstance(exc, OSError) and exc.errno in FULL:
-        return exc
-    text = str(exc)
-    for code in FULL:
-        if os.strerror(code) in text:
-            return OSError(code, os.strerror(code))
-    return None
 
 
 def current_umask() -> int:
