@@ -2,8 +2,9 @@
 
 A NeMo RL config (`examples/configs/grpo_math_1B.yaml`, a recipe under
 `examples/configs/recipes/llm/`, or the user's own) is composed with NeMo RL's `defaults:`
-semantics (the project's loader implements them), `${oc.env:VAR[,default]}` is read from the
-environment as OmegaConf does, and the other interpolations are resolved. The result is laid over
+semantics (the project's loader implements them), and its interpolations are resolved as
+OmegaConf resolves them, `${oc.env:VAR[,default]}` read from the environment (`interpolate`); a
+literal `${` left in a value (an environment variable's) is written escaped, so it stays literal. The result is laid over
 the project's base config, which fills the keys NeMo RL's file leaves out and the project's own
 sections (`local`, `refit`, `slurm`, `loss_fn.calibration`) with their defaults. `--fp8` lays an
 FP8 overlay (`configs/precision/fp8-*.yaml`) on top, `--calibrated` the calibrated clipping
@@ -14,8 +15,6 @@ with the key and file that make it so.
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
-from nemo_fp8_rl.config.interpolate import resolve_all
+from nemo_fp8_rl.config.interpolate import escape_literals, resolve_all
 from nemo_fp8_rl.config.loader import (
     count_load,
     leaf_sources,
@@ -46,7 +45,6 @@ FP8_IS_SOURCE = "--fp8 (NeMo RL asserts importance-sampling correction for FP8 r
 # Keys the base config sets on where NeMo RL, when a config leaves them out, has them off: a
 # config without them keeps NeMo RL's behaviour (ClippedPGLossConfig: NotRequired, None = no TIS).
 ABSENT_IN_NEMO_RL: dict[str, Any] = {"loss_fn.truncated_importance_sampling_type": None}
-_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
 
 @dataclass
@@ -89,12 +87,11 @@ def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict,
     issues = shape_issues(config, prov)
     if issues:
         raise RecipeError(str(path), issues)
-    config = _read_env(config, "", prov, issues)
-    resolved, interp = resolve_all(config)
-    issues += [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    resolved, interp = resolve_all(config, env=True)
+    issues = [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
     if issues:
         raise RecipeError(str(path), issues)
-    return resolved, prov
+    return escape_literals(resolved), prov
 
 
 def _compose(
@@ -158,35 +155,6 @@ def _drop_nested_markers(node: dict, top: bool = False) -> dict:
     if not top:
         out.pop("_override_", None)
     return out
-
-
-def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssue]) -> Any:
-    """`${oc.env:VAR[,default]}` replaced by the environment's value (OmegaConf's resolver)."""
-    if isinstance(node, dict):
-        return {k: _read_env(v, f"{key}{k}.", prov, issues) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_read_env(v, key, prov, issues) for v in node]
-    if not isinstance(node, str) or "${oc.env:" not in node:
-        return node
-
-    def value(match: re.Match) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default.strip().strip("'\"")
-        dotted = key.rstrip(".")
-        issues.append(
-            ConfigIssue(
-                dotted,
-                f"needs the environment variable {name} (${{oc.env:{name}}}), which is not set",
-                f"set {name}, as NeMo RL needs it too, or set {dotted} to a value",
-                source_of(prov, dotted),
-            )
-        )
-        return match.group(0)
-
-    return _ENV.sub(value, node)
 
 
 def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
