@@ -96,9 +96,7 @@ def resolve(template: str, env: dict[str, str]) -> dict[str, object]:
 def main() -> None:
     import omegaconf
 
-    cases = [
-        {"id": cid, "template": t, "env": env, **resolve(t, env)} for cid, t, env in CASES
-    ]
+    cases = [{"id": cid, "template": t, "env": env, **resolve(t, env)} for cid, t, env in CASES]
     record = {"omegaconf": omegaconf.__version__, "config": {"x": 1, "u": 3}, "cases": cases}
     OUT.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {OUT}: {len(cases)} cases (OmegaConf {omegaconf.__version__})")
