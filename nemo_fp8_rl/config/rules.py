@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nemo_fp8_rl.config.engine_rules import engine_rules
 from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
@@ -406,6 +407,7 @@ RULES: tuple[Rule, ...] = (
     cpu_supported_features,
     parallel_sizes_divide_cluster,
     quantize_on_trainer,
+    engine_rules,
 )
 
 

@@ -8,7 +8,8 @@ sibling (created with O_EXCL, so it never follows a link), fsyncs it and renames
 target: a reader sees the old file or the new one, and when the disk is full (ENOSPC, EDQUOT,
 or EFBIG past a file-size limit) the temporary file is removed, the old file stays, and the
 failure is one located `DiskFull` line (`located_disk_full` does the same for writers that are
-not this module's: safetensors, `save_pretrained`). `open_nofollow` opens for appending or locking with
+not this module's: safetensors, `save_pretrained`); `write_folder` replaces a whole folder the
+same way. `open_nofollow` opens for appending or locking with
 O_NOFOLLOW. `check_folder` refuses a folder path that is a symbolic link loop.
 """
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Callable, Iterator
@@ -135,6 +137,41 @@ def located_disk_full(path: Path, kept: str) -> Iterator[None]:
         if full is None:
             raise
         raise disk_full(path, full, kept) from exc
+
+
+def write_folder(path: Path, build: Callable[[Path], object], what: str = "folder") -> None:
+    """Replace the folder `path` by one `build(tmp)` fills: built in a temporary sibling (ours,
+    made by `mkdtemp`), swapped in only when complete, the old folder moved aside first and
+    deleted last; `path` itself must not be a link. Any failure leaves `path` as it was; a full
+    disk is a `DiskFull` naming `path` ("the earlier <what> is kept" or "nothing was written")."""
+    path = Path(path)
+    refuse_link(path)
+    if path.exists() and not path.is_dir():
+        raise UnsafePath(path, "is a file, not a folder", "remove it, or choose another path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        build(tmp)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = out_of_space(exc)
+        if full is not None:
+            kept = f"the earlier {what} is kept" if path.exists() else "nothing was written"
+            raise disk_full(path, full, kept) from exc
+        raise
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.replace(path, old / "previous")
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if old is not None:
+            os.replace(old / "previous", path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)  # ours: made by mkdtemp above
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import socket
 import sys
 import time
@@ -28,10 +27,12 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.errors import RecipeError
+from nemo_fp8_rl.config.output_paths import protected_folders
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
+from nemo_fp8_rl.runs.outputs import remove_ours
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
@@ -172,10 +173,7 @@ def check_place(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(run_dir, "is a file, not a folder", "pass --run-dir with a folder path")
     resolved = check_folder(run_dir, "run folder")
-    protected = {Path("/"), Path.home().resolve()}
-    if os.environ.get("HOME"):
-        protected.add(Path(os.environ["HOME"]).resolve())
-    if resolved in protected:
+    if resolved in protected_folders():
         raise RunDirError(
             run_dir,
             "is the root or home folder, which a run must not write into",
@@ -245,11 +243,7 @@ def prepare(
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         for stale in ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json"):
-            path = run_dir / stale
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+            remove_ours(run_dir / stale, run_dir)  # a link there is refused, never followed
     atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 

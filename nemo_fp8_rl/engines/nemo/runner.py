@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import shutil
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.engine_rules import nemo_engine_issues
 from nemo_fp8_rl.engines.nemo import compat, worker_faults
 from nemo_fp8_rl.engines.nemo.async_loop import async_problems, training_loop
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
@@ -40,41 +40,24 @@ from nemo_fp8_rl.engines.nemo.refit_workers import (
 )
 from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
-from nemo_fp8_rl.runs import lock, rundir
+from nemo_fp8_rl.runs import lock, outputs, rundir
 
 
 class EngineConfigError(ValueError):
     """The recipe asks for something this engine cannot run; the message says what to change."""
 
 
-def check_recipe(recipe: Recipe) -> list[str]:
-    """Problems that stop this engine before anything starts (empty list: runnable)."""
+def check_recipe(recipe: Recipe, here: bool = True) -> list[str]:
+    """Problems that stop this engine before anything starts (empty list: runnable); `here`:
+    also what this machine's GPU cannot run (not for a job sent to other nodes)."""
     cfg, problems = recipe.config, []
     if cfg["cluster"]["gpus_per_node"] < 1:
         problems += cpu_loop.check_cpu_recipe(cfg)
-    calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
-    megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
-    if calibrated and not megatron:
-        problems.append(
-            "loss_fn.calibration.enabled needs the Megatron policy (policy.megatron_cfg.enabled: "
-            "true): the BF16 shadow pass switches Megatron-Core's FP8 compute off"
-        )
-    graphs = cfg["policy"].get("megatron_cfg", {}).get("cuda_graph_impl", "none")
-    if calibrated and graphs not in (None, "none"):
-        problems.append(
-            f"policy.megatron_cfg.cuda_graph_impl: {graphs} with calibration: captured FP8 graphs "
-            "would replay during the BF16 shadow pass; set cuda_graph_impl: none"
-        )
+    # the engine's own rules (config.engine_rules: also checked at load for GPU recipes)
+    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in nemo_engine_issues(cfg, {})]
     problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
-    if (cfg.get("data_plane") or {}).get("enabled", False):
-        problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
-    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
-    if cfg.get("refit", {}).get("bridge", "nemo") == "project":
-        problems.append(
-            "refit.bridge: project is not available on the NeMo RL engine yet; use refit.bridge: "
-            "nemo (NeMo RL's FP8 refit; power-of-2 weight scales via "
-            "policy.generation.vllm_cfg.pow2_weight_scaling_factors: true)"
-        )
+    if here:
+        problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
     return problems
 
 
@@ -95,6 +78,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
         rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
     except rundir.RunDirError as exc:
         raise EngineConfigError(str(exc)) from exc
+    outputs.check_hand_set(recipe, resume=resume, overwrite=overwrite)  # the user's folders
     ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
     existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
     if existing and not resume and not overwrite:
@@ -159,21 +143,14 @@ def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _
 
 
 def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
-    """--overwrite: remove the run's logs and checkpoints. A path set by hand (a NeMo RL
-    config's `checkpoint_dir`, `log_dir`) may be shared with other runs: its logs stay (NeMo RL
-    writes each run to a new `exp_N` there) and checkpoints in it are refused, not removed."""
-    from nemo_fp8_rl.config.recipe import set_by_hand
-
-    if set_by_hand(recipe, "checkpointing.checkpoint_dir") and existing:
-        source = recipe.provenance["checkpointing.checkpoint_dir"]
-        raise EngineConfigError(
-            f"{ckpt} (checkpointing.checkpoint_dir, set in {source}) "
-            f"holds checkpoints ({existing[-1].name}); --overwrite removes only paths derived from "
-            "the run dir: remove them yourself, or set another checkpoint_dir"
-        )
-    shutil.rmtree(ckpt, ignore_errors=True)
-    if not set_by_hand(recipe, "logger.log_dir"):
-        shutil.rmtree(Path(recipe.config["logger"]["log_dir"]), ignore_errors=True)
+    """--overwrite: remove the run's logs and checkpoints where they are ours to delete
+    (`runs.outputs.ours_to_delete`: derived from the run dir). A path set by hand (a NeMo RL
+    config's `checkpoint_dir`, `log_dir`) is the user's and is never removed: NeMo RL writes
+    each run to a new `exp_N` there, and `check_hand_set` refused one holding checkpoints."""
+    mine = outputs.hand_set_paths(recipe)
+    for path in (ckpt, Path(recipe.config["logger"]["log_dir"])):
+        if path not in mine:
+            outputs.remove_ours(path, recipe.run_dir, mine)
 
 
 def _start_ray(recipe: Recipe, cpu: bool) -> None:
