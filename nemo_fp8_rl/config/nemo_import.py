@@ -313,22 +313,22 @@ def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> P
     """Write the recipe to `dest` once it loads; an invalid result is refused, each problem
     located at the NeMo RL file, overlay or base key that caused it, and nothing is written.
 
-    The text is validated in a private temporary folder first, then written with
-    `safe_files.write_atomic` (never through a link; a full disk keeps the file it was to
-    replace). `dest` is never the NeMo RL config being imported nor one of its parents.
+    Written with `safe_files.write_atomic` (never through a link; a full disk keeps the file it
+    was to replace), the complete temporary file loaded as a recipe before it replaces `dest`.
+    `dest` is never the NeMo RL config being imported nor one of its parents.
     """
     dest = destination(imported, Path(dest), overwrite)
-    text = to_recipe_text(imported)
-    with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-import-check-") as folder:
-        trial = Path(folder) / dest.name
-        trial.write_text(text, encoding="utf-8")  # ours: a new file in a new private folder
+    if not dest.parent.is_dir():
+        raise UsageError(dest.parent, "no such folder", f"create it first (mkdir -p {dest.parent})")
+
+    def loads(trial: Path) -> None:
         try:
             load_recipe(trial)
         except RecipeError as exc:
             issues = [_relocate(i, trial, imported.provenance) for i in exc.issues]
             raise RecipeError(str(imported.source), issues) from None
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(dest, text)
+
+    write_atomic(dest, to_recipe_text(imported), check=loads)
     return dest
 
 

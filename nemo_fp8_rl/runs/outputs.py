@@ -5,7 +5,8 @@ directory under one of the names a run writes there (`RUN_OUTPUTS`: `checkpoints
 `metrics.jsonl`, ...), that is not a symbolic link and not inside an output path the user set
 by hand. Nothing else is ever removed by `--overwrite` or a new run: a hand-set
 `checkpointing.checkpoint_dir` or `logger.log_dir` is the user's folder, whatever it holds.
-`remove_ours` removes such a path, and refuses (removing nothing) one that is not ours.
+`remove_ours` removes such paths once all pass (`check_removable`), so a refusal removes
+nothing.
 
 `check_hand_set` runs before a run uses a hand-set output folder (train, its dry run, submit,
 and each seed of --seeds), after the place checks made at load (`config.output_paths`: `/`,
@@ -80,23 +81,36 @@ def ours_to_delete(path: Path, run_dir: Path, hand_set_paths: Iterable[Path] = (
     return True
 
 
-def remove_ours(path: Path, run_dir: Path, hand_set_paths: Iterable[Path] = ()) -> None:
-    """Delete `path` (a folder with what it holds) when `ours_to_delete` says so; refuse one
-    that exists but is not ours (nothing is removed); a missing path is nothing to do."""
-    path = Path(path)
-    if not path.exists() and not path.is_symlink():
-        return
-    if not ours_to_delete(path, run_dir, hand_set_paths):
-        what = "is a symbolic link" if path.is_symlink() else "is not an output this run created"
-        raise NotOurs(
-            path,
-            f"{what}, so it is not removed; nothing was removed",
-            "remove or move it yourself, or pass --run-dir with a new folder",
-        )
-    if path.is_dir():
-        shutil.rmtree(path)
-    else:
-        path.unlink()
+def check_removable(
+    paths: Iterable[Path], run_dir: Path, hand_set_paths: Iterable[Path] = ()
+) -> None:
+    """Refuse (`NotOurs`) the first of `paths` that exists but is not ours to delete."""
+    mine = list(hand_set_paths)
+    for path in map(Path, paths):
+        if not path.exists() and not path.is_symlink():
+            continue
+        if not ours_to_delete(path, run_dir, mine):
+            what = (
+                "is a symbolic link" if path.is_symlink() else "is not an output this run created"
+            )
+            raise NotOurs(
+                path,
+                f"{what}, so it is not removed; nothing was removed",
+                "remove or move it yourself, or pass --run-dir with a new folder",
+            )
+
+
+def remove_ours(paths: Iterable[Path], run_dir: Path, hand_set_paths: Iterable[Path] = ()) -> None:
+    """Delete every one of `paths` (folders with what they hold) once all of them pass
+    `ours_to_delete` (`check_removable` first: a refusal removes nothing); a missing path is
+    nothing to do."""
+    paths, mine = [Path(p) for p in paths], list(hand_set_paths)
+    check_removable(paths, run_dir, mine)
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
 
 
 def hand_set_paths(recipe: Any) -> list[Path]:

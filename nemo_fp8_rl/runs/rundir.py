@@ -32,7 +32,7 @@ from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
-from nemo_fp8_rl.runs.outputs import remove_ours
+from nemo_fp8_rl.runs.outputs import check_removable, remove_ours
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
@@ -58,6 +58,8 @@ class RunDirError(UsageError):
 # the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.runs.seeds`)
 # and the run's lock file (`nemo_fp8_rl.runs.lock`).
 _PRE_RUN = {"slurm", "train.log", LOCK_NAME}
+# What a new run of the same recipe clears from the run dir (`prepare`).
+STALE = ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json")
 
 
 @dataclass(frozen=True)
@@ -166,6 +168,8 @@ def check_owner(
             raise RunDirError(run_dir, "--resume given but no run here yet", "drop --resume")
         return
     _check_saved(run_dir, saved_path, config, resume=resume, overwrite=overwrite)
+    if not resume:  # what `prepare` clears must be ours to delete (a link there is refused)
+        check_removable([run_dir / s for s in STALE], run_dir)
 
 
 def check_place(run_dir: Path) -> None:
@@ -242,8 +246,7 @@ def prepare(
     check_owner(run_dir, config, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        for stale in ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json"):
-            remove_ours(run_dir / stale, run_dir)  # a link there is refused, never followed
+        remove_ours([run_dir / s for s in STALE], run_dir)  # a link there: refused, kept
     atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 

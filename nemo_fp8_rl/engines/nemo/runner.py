@@ -148,9 +148,8 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
     config's `checkpoint_dir`, `log_dir`) is the user's and is never removed: NeMo RL writes
     each run to a new `exp_N` there, and `check_hand_set` refused one holding checkpoints."""
     mine = outputs.hand_set_paths(recipe)
-    for path in (ckpt, Path(recipe.config["logger"]["log_dir"])):
-        if path not in mine:
-            outputs.remove_ours(path, recipe.run_dir, mine)
+    derived = [p for p in (ckpt, Path(recipe.config["logger"]["log_dir"])) if p not in mine]
+    outputs.remove_ours(derived, recipe.run_dir, mine)
 
 
 def _start_ray(recipe: Recipe, cpu: bool) -> None:
