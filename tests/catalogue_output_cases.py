@@ -177,7 +177,10 @@ def _aliased_long_strings(ws: Workspace) -> None:
 
 BOMB = "\n".join(
     ["bomb:", "  a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
-    + [f"  {chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}"] * 9) + "]" for i in range(1, 9)]
+    + [
+        f"  {chr(97 + i)}: &{chr(97 + i)} [" + ", ".join([f"*{chr(96 + i)}"] * 9) + "]"
+        for i in range(1, 9)
+    ]
 )
 
 
