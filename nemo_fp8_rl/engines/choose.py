@@ -72,13 +72,15 @@ def check_engine(
     checks each seed's folder). `train --dry-run` and `submit` call it too, so a recipe they
     accept is one the run accepts."""
     if engine == "local":
-        from nemo_fp8_rl.engines.local.precision import check_cpu_support
-        from nemo_fp8_rl.engines.local.runner import refuse_hand_set_paths
+        from nemo_fp8_rl.engines.local.recipe_checks import (
+            check_cpu_support,
+            refuse_hand_set_paths,
+        )
 
         check_cpu_support(recipe.config, recipe.name)
         refuse_hand_set_paths(recipe)
         return
-    from nemo_fp8_rl.engines.nemo.runner import EngineConfigError, check_recipe
+    from nemo_fp8_rl.engines.nemo.recipe_checks import EngineConfigError, check_recipe
     from nemo_fp8_rl.runs.outputs import check_hand_set
 
     problems = check_recipe(recipe, here=here)

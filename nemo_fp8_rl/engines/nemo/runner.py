@@ -25,14 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.config.engine_rules import nemo_engine_issues
 from nemo_fp8_rl.engines.nemo import compat, worker_faults
-from nemo_fp8_rl.engines.nemo.async_loop import async_problems, training_loop
+from nemo_fp8_rl.engines.nemo.async_loop import training_loop
 from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
 from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
 from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
 from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
+from nemo_fp8_rl.engines.nemo.recipe_checks import EngineConfigError, check_recipe
 from nemo_fp8_rl.engines.nemo.refit_workers import (
     make_policy_factory,
     policy_worker_fqn,
@@ -41,33 +41,6 @@ from nemo_fp8_rl.engines.nemo.refit_workers import (
 from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
 from nemo_fp8_rl.runs import lock, outputs, rundir
-
-
-class EngineConfigError(ValueError):
-    """The recipe asks for something this engine cannot run; the message says what to change."""
-
-
-def check_recipe(recipe: Recipe, here: bool = True) -> list[str]:
-    """Problems that stop this engine before anything starts (empty list: runnable); `here`:
-    also what this machine's GPU cannot run (not for a job sent to other nodes)."""
-    cfg, problems = recipe.config, []
-    if cfg["cluster"]["gpus_per_node"] < 1:
-        problems += cpu_loop.check_cpu_recipe(cfg)
-    # the engine's own rules (config.engine_rules: also checked at load for GPU recipes)
-    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in nemo_engine_issues(cfg, {})]
-    problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
-    if here:
-        problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
-    return problems
-
-
-def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
-    """Precision settings this machine's GPU cannot run (none when no GPU is visible here:
-    a Slurm driver may sit on a node without one, and NeMo RL's workers check again)."""
-    from nemo_fp8_rl.config.hardware import gpu_precision_issues, local_gpu
-
-    gpu = local_gpu()
-    return [] if gpu is None else gpu_precision_issues(cfg, gpu[0], gpu[1])
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
