@@ -9,7 +9,11 @@ from typing import Any
 from nemo_fp8_rl.config import ConfigIssue, Recipe, RecipeError
 from nemo_fp8_rl.config.rules import cpu_supported_features
 
-TRAIN_RECIPES = ("blockwise", "tensorwise")  # the FP8 training recipes the emulation reproduces
+TRAIN_RECIPES = (
+    "blockwise",
+    "tensorwise",
+    "mxfp8",
+)  # the FP8 training recipes the emulation reproduces
 
 
 def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
