@@ -80,6 +80,13 @@ def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     """What NeMo RL refuses for asynchronous GRPO, each with where it refuses and the fix."""
     if not is_async(config):
         return []
+    backend = _get(config, "policy.generation.backend")
+    skipped = {  # what NeMo RL asks only of some generation backends
+        # should_use_async_rollouts: Megatron (and Dynamo) generation is always asynchronous
+        "policy.generation.vllm_cfg.async_engine": backend not in (None, "vllm"),
+        # async_grpo_train: colocated generation is refused unless it is Megatron's
+        "policy.generation.colocated.enabled": backend == "megatron",
+    }
     out = [
         ConfigIssue(
             key,
@@ -88,7 +95,7 @@ def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
             source_of(prov, key),
         )
         for key, refused, where, fix in ASYNC_REFUSED
-        if bool(_get(config, key)) == refused
+        if bool(_get(config, key)) == refused and not skipped.get(key, False)
     ]
     age = _get(config, "grpo.async_grpo.max_trajectory_age_steps") or 0
     if not isinstance(age, (int, float)) or age < 1:

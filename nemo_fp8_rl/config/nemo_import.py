@@ -188,6 +188,10 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
 
 WHY_CHANGED = {
     "grpo.val_period": "the same: validation off",
+    "data_plane.enabled": (
+        "the NeMo RL engine runs NeMo RL's legacy data path, not the TransferQueue data plane, "
+        "which moves the same batches"
+    ),
     "checkpointing.model_save_format": (
         "NeMo RL's Policy.save_checkpoint refuses a format outside DTensor v2 at the first save"
     ),
@@ -195,8 +199,9 @@ WHY_CHANGED = {
 
 
 def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
-    """NeMo RL values the project spells otherwise, or that would stop NeMo RL's own run:
-    key -> (NeMo RL's value, the recipe's); `WHY_CHANGED` says why."""
+    """NeMo RL values the project spells otherwise, or that would stop the run (NeMo RL's own
+    checks, or the NeMo RL engine's: its data path): key -> (NeMo RL's value, the recipe's);
+    `WHY_CHANGED` says why, and the recipe's header says what changed."""
     changed: dict[str, tuple[Any, Any]] = {}
     grpo = nemo["grpo"]
     if isinstance(grpo.get("val_period"), int) and grpo["val_period"] < 0:
@@ -206,6 +211,9 @@ def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
         nemo.get("checkpointing") or {},
         (nemo.get("policy") or {}).get("dtensor_cfg") or {},
     )
+    plane = nemo.get("data_plane")
+    if isinstance(plane, dict) and plane.get("enabled") is True:
+        changed["data_plane.enabled"], plane["enabled"] = (True, False), False
     v2 = dtensor.get("enabled") and dtensor.get("_v2")
     if ckpt.get("enabled") and ckpt.get("model_save_format") is not None and not v2:
         changed["checkpointing.model_save_format"] = (ckpt["model_save_format"], None)
