@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
-from nemo_fp8_rl.engines.nemo import runner, to_nemo_config
-from nemo_fp8_rl.engines.nemo.handoff import HANDOFF_FILE, write_handoff
+from nemo_fp8_rl.engines.nemo import to_nemo_config
+from nemo_fp8_rl.engines.nemo.driver import runner
+from nemo_fp8_rl.engines.nemo.driver.handoff import HANDOFF_FILE, write_handoff
 
 RECIPES = find_recipes()
 PROJECT_KEYS = ("local", "refit", "slurm")
@@ -121,7 +122,7 @@ def test_overwrite_never_removes_a_hand_set_folder_of_user_files(tmp_path) -> No
 
 
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:
-    from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
+    from nemo_fp8_rl.engines.nemo.driver.checkpoint import save_calibrator_state
 
     recipe = load_recipe(
         "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",

@@ -2,7 +2,7 @@
 
 A NeMo RL config (`examples/configs/grpo_math_1B.yaml`, a recipe under
 `examples/configs/recipes/llm/`, or the user's own) is composed with NeMo RL's `defaults:`
-semantics (the project's loader implements them), and its interpolations are resolved as
+semantics (`nemo_defaults.compose`), and its interpolations are resolved as
 OmegaConf resolves them, `${oc.env:VAR[,default]}` read from the environment (`interpolate`); a
 literal `${` left in a value (an environment variable's) is written escaped, so it stays literal. The result is laid over
 the project's base config, which fills the keys NeMo RL's file leaves out and the project's own
@@ -25,15 +25,9 @@ import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import escape_literals, resolve_all
-from nemo_fp8_rl.config.loader import (
-    count_load,
-    leaf_sources,
-    load_chain,
-    merge,
-    parent_list,
-    read_yaml,
-)
-from nemo_fp8_rl.config.locations import base_config_path, configs_dir, resolve_parent
+from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
+from nemo_fp8_rl.config.locations import base_config_path, configs_dir
+from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
 from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
@@ -75,7 +69,7 @@ def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict,
     """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it; every
     file of its `defaults:` chain is appended to `files`."""
     path = Path(path).resolve()
-    config, prov = _compose(path, (), [0], files if files is not None else [])
+    config, prov = compose(path, (), None, files)
     if "grpo" not in config:
         issue = ConfigIssue(
             "grpo",
@@ -92,27 +86,6 @@ def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict,
     if issues:
         raise RecipeError(str(path), issues)
     return escape_literals(resolved), prov
-
-
-def _compose(
-    path: Path, seen: tuple[Path, ...], loads: list[int], files: list[Path]
-) -> tuple[dict, dict[str, str]]:
-    """`path` over its `defaults:` parents with NeMo RL's `load_config_with_inheritance` rule:
-    `_override_: true` replaces a top-level section; deeper, NeMo RL ignores it (the section
-    merges), so the marker is dropped there. Bounded as a recipe's chain is
-    (`loader.count_load`: depth, cycles, and files resolved in all)."""
-    count_load(path, seen, loads)
-    files.append(path)
-    data = read_yaml(path)
-    merged: dict = {}
-    prov: dict[str, str] = {}
-    for parent in parent_list(data.pop("defaults", None), path):
-        pdata, pprov = _compose(resolve_parent(parent, path).resolve(), (*seen, path), loads, files)
-        merged, prov = merge(merged, prov, pdata, pprov)
-    for key, value in data.items():
-        if isinstance(value, dict):
-            data[key] = _drop_nested_markers(value, top=True)
-    return merge(merged, prov, data, leaf_sources(data, str(path)))
 
 
 # Sections the import reads as mappings: every top-level section of NeMo RL's master config,
@@ -150,13 +123,6 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def _drop_nested_markers(node: dict, top: bool = False) -> dict:
-    out = {k: _drop_nested_markers(v) if isinstance(v, dict) else v for k, v in node.items()}
-    if not top:
-        out.pop("_override_", None)
-    return out
-
-
 def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
     """NeMo RL's config at `path` over the project's base, with the chosen overlays on top."""
     files: list[Path] = []
@@ -164,11 +130,13 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
     if refusals:
         raise RecipeError(str(path), refusals)
-    derived = {key: _pop(nemo, key) for key in DERIVED if key not in PATH_KEYS and _has(nemo, key)}
+    derived = {
+        key: _pop(nemo, key) for key in DERIVED if key not in PATH_KEYS and has_key(nemo, key)
+    }
     changed = _translate(nemo)
     base, base_prov = _base()
     for key, value in ABSENT_IN_NEMO_RL.items():
-        if not _has(nemo, key):
+        if not has_key(nemo, key):
             _set(base, key, value)
     config, prov = merge(base, base_prov, nemo, nemo_prov)
     filled = sorted(k for k, src in prov.items() if src == "base")
@@ -226,15 +194,6 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     for part in parents:
         tree = tree.setdefault(part, {})
     tree[last] = value
-
-
-def _has(tree: dict, dotted: str) -> bool:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def _pop(tree: dict, dotted: str) -> Any:
@@ -301,7 +260,7 @@ def to_recipe_text(imported: Imported) -> str:
     ]
     for key, value in imported.derived.items():
         head.append(f"# NeMo RL's {key} was {value!r}: here it derives from the run (--run-dir).")
-    kept = [k for k in PATH_KEYS if _has(imported.config, k)]
+    kept = [k for k in PATH_KEYS if has_key(imported.config, k)]
     if kept:
         head.append(
             f"# {' and '.join(kept)} are NeMo RL's, kept: the NeMo RL engine writes there (the "

@@ -80,7 +80,7 @@ def check_engine(
         check_cpu_support(recipe.config, recipe.name)
         refuse_hand_set_paths(recipe)
         return
-    from nemo_fp8_rl.engines.nemo.recipe_checks import EngineConfigError, check_recipe
+    from nemo_fp8_rl.engines.nemo.driver.recipe_checks import EngineConfigError, check_recipe
     from nemo_fp8_rl.runs.outputs import check_hand_set
 
     problems = check_recipe(recipe, here=here)

@@ -8,21 +8,21 @@ from typing import Any
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.engine_rules import nemo_engine_issues
-from nemo_fp8_rl.engines.nemo.async_loop import async_problems
-from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
+from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems
+from nemo_fp8_rl.engines.nemo.driver.platform import Platform, platform_for
 
 
 class EngineConfigError(ValueError):
     """The recipe asks for something this engine cannot run; the message says what to change."""
 
 
-def check_recipe(recipe: Recipe, here: bool = True) -> list[str]:
-    """Problems that stop this engine before anything starts (empty list: runnable); `here`:
-    also what this machine's GPU cannot run (not for a job sent to other nodes)."""
-    cfg, problems = recipe.config, []
-    if cfg["cluster"]["gpus_per_node"] < 1:
-        problems += cpu_loop.check_cpu_recipe(cfg)
-    # the engine's own rules (config.engine_rules: also checked at load for GPU recipes)
+def check_recipe(recipe: Recipe, platform: Platform | None = None, here: bool = True) -> list[str]:
+    """Problems that stop this engine before anything starts (empty list: runnable): the
+    platform's own first (default: the recipe's, `platform_for`), then the engine's rules
+    (`config.engine_rules`, also checked at load for GPU recipes) and, `here`, what this
+    machine's GPU cannot run (not for a job sent to other nodes)."""
+    cfg = recipe.config
+    problems = list((platform or platform_for(cfg)).problems(cfg))
     problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in nemo_engine_issues(cfg, {})]
     problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
     if here:
