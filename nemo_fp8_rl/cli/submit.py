@@ -36,7 +36,7 @@ from nemo_fp8_rl.cli.common import (
     run_main,
 )
 from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_command
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import rundir
@@ -258,6 +258,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "resume": args.resume or None,
         "overwrite": args.overwrite or None,
     }
+    check_job_engine(recipe, args)
     if args.seeds is not None:
         array = _array_flags(recipe, args)
         if array is None:
@@ -296,6 +297,35 @@ def run_submit(args: argparse.Namespace) -> int:
     else:
         print(f"Output: {spec.log_root}/slurm-{job_id}.out")
     return 0
+
+
+def check_job_engine(recipe, args: argparse.Namespace) -> None:
+    """What the job's `train` would refuse on the node, refused here (dry run included): the
+    engine the job runs (the embedded one for a CPU recipe, NeMo RL for a GPU recipe) and its
+    rules, and hand-set output folders (`engines.choose.check_engine`; this machine's GPU is
+    not the job's). A job array cannot give each task its own hand-set folder: refused."""
+    from nemo_fp8_rl.config.recipe import hand_set_paths
+    from nemo_fp8_rl.engines.choose import check_engine
+
+    engine = "local" if recipe.config["cluster"]["gpus_per_node"] == 0 else "nemo"
+    check_engine(
+        recipe,
+        engine,
+        here=False,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        outputs=args.seeds is None,
+    )
+    if args.seeds is not None:
+        issues = hand_set_paths(
+            recipe,
+            "a job array trains every seed with the same recipe file, so the seeds would share "
+            "this folder",
+            "remove it (each seed then writes under <run dir>/seed-<k>), or submit each seed "
+            "on its own with grpo.seed=<k> and its own folder",
+        )
+        if issues:
+            raise RecipeError(recipe.name, issues)
 
 
 def _plan_seeds(recipe, args: argparse.Namespace) -> dict[int, str]:

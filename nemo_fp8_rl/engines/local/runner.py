@@ -30,6 +30,7 @@ from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar, read_metrics
 from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
+from nemo_fp8_rl.engines.local.recipe_checks import refuse_hand_set_paths as refuse_hand_set_paths
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
@@ -226,21 +227,6 @@ class Loop:
 def say(line: str) -> None:
     """A line on stdout at once (so that a start-up of a minute is never silent)."""
     print(line, flush=True)
-
-
-def refuse_hand_set_paths(recipe: Recipe) -> None:
-    """The embedded engine keeps a run's logs and checkpoints under its run dir (eval, compare
-    and --resume read them there); a NeMo RL config's own paths are for the NeMo RL engine."""
-    from nemo_fp8_rl.config import RecipeError
-    from nemo_fp8_rl.config.recipe import hand_set_paths
-
-    issues = hand_set_paths(
-        recipe,
-        "the embedded engine writes logs and checkpoints under the run dir",
-        "remove it and use --run-dir DIR (the NeMo RL engine, --engine nemo, writes there)",
-    )
-    if issues:
-        raise RecipeError(recipe.name, issues)
 
 
 def run(
