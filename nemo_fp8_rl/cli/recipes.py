@@ -23,7 +23,10 @@ commands:
   show R [--sources] [key=value]  the resolved recipe as YAML (--sources: the file that set each key)
   validate [R ...]                load and check recipes (all when none is given)
   cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
-     [--full]                     from any folder (--full: every key, no defaults:)"""
+     [--full]                     from any folder (--full: every key, no defaults:)
+  import NEMO.yaml [FILE.yaml]    a NeMo RL GRPO config as a recipe, every key kept; --fp8 adds
+     [--fp8 [R]] [--calibrated]   FP8, --calibrated calibrated clipping; key=value overrides
+     [key=value ...]              apply last (see: nemo_fp8_rl.recipes import --help)"""
 COLUMNS = ("recipe", "model", "cluster", "training", "rollout", "calibration")
 
 
@@ -134,16 +137,22 @@ def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
 
 
 def cmd_import(
-    source: Path, dest: Path | None, fp8: str | None, calibrated: bool, overwrite: bool
+    source: Path,
+    dest: Path | None,
+    fp8: str | None,
+    calibrated: bool,
+    overwrite: bool,
+    overrides: list[str] = (),
 ) -> int:
-    """Write NeMo RL's config `source` as a recipe (validated), and say how to train it."""
+    """Write NeMo RL's config `source` as a recipe (validated), with `overrides` applied last,
+    and say how to train it."""
     from nemo_fp8_rl.config.nemo_import import import_nemo_config, write_imported
 
     if not source.is_file():
         raise UsageError(
             "recipes import", f"{source}: no such file", "give the path of a NeMo RL config"
         )
-    imported = import_nemo_config(source, fp8, calibrated)
+    imported = import_nemo_config(source, fp8, calibrated, overrides)
     if dest is None:
         suffix = (f"-fp8-{fp8}" if fp8 else "") + ("-calibrated" if calibrated else "")
         dest = Path(f"{source.stem}{suffix}.yaml")
@@ -189,6 +198,25 @@ def _add_import(sub) -> None:
         help="add calibrated clipping (configs/loss/calibrated-clipping.yaml)",
     )
     imp.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    imp.add_argument(
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="key=value",
+        help="overrides applied last, as train takes them (e.g. "
+        "policy.train_global_batch_size=128: several optimiser steps per rollout batch, which "
+        "--calibrated needs)",
+    )
+
+
+def _import_args(args) -> tuple[Path | None, list[str]]:
+    """(the recipe to write, the overrides): a first `key=value` is an override, not a file."""
+    overrides = [*args.overrides]
+    dest = args.dest
+    if dest is not None and "=" in str(dest) and not str(dest).endswith((".yaml", ".yml")):
+        overrides.insert(0, str(dest))
+        dest = None
+    return dest, overrides
 
 
 def _parser() -> ArgumentParser:
@@ -255,7 +283,7 @@ def _parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if args.cmd == "show":
+    if args.cmd in ("show", "import"):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -269,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "cp":
         return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
     if args.cmd == "import":
-        return cmd_import(args.source, args.dest, args.fp8, args.calibrated, args.overwrite)
+        dest, overrides = _import_args(args)
+        return cmd_import(args.source, dest, args.fp8, args.calibrated, args.overwrite, overrides)
     return cmd_validate(args.recipes)
 
 

@@ -150,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         metavar="key=value|~key",
         help="recipe overrides (with --recipe)",
     )
+    if list(sys.argv[1:] if argv is None else argv) in (["-h"], ["--help"]):
+        exp.print_help()  # one subcommand: its flags are the command's (`refit export --help`)
+        return 0
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if ("=" not in a and not a.startswith("~")) or a.startswith("-")]
     if unknown:

@@ -285,6 +285,14 @@ def main(argv: list[str] | None = None) -> int:
     dest = DOCS if args.write_docs else (args.report or args.out / "report")
     if dest.resolve() == DOCS and not args.write_docs:
         raise UsageError(str(dest), "holds the committed report", "pass --write-docs to replace it")
+    if not args.write_docs and dest.resolve().is_relative_to((ROOT / "docs").resolve()):
+        where = "--report" if args.report is not None else f"--out {args.out} (report: <out>/report)"
+        raise UsageError(
+            where,
+            f"would write the report into {dest}, inside the committed docs/",
+            "pass --report with a folder outside docs/ (e.g. --report /tmp/study), or "
+            "--write-docs to regenerate the committed report",
+        )
     _check_folder(args.out, "--out")
     _check_folder(dest, "--report")
     meta = read_meta(args.out)

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config import optimiser_steps
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
@@ -191,7 +192,7 @@ def calibration_requirements(config: dict, prov: dict[str, str]) -> list[ConfigI
                 prov,
                 "policy.train_global_batch_size",
                 f"calibration on with {updates_per_step(config):g} optimiser step per rollout batch: the ratio stays at 1, clipping is structurally inactive",
-                "make train_global_batch_size smaller than num_prompts_per_step x num_generations_per_prompt",
+                optimiser_steps.fix_text(config),
             )
         )
     if _get(config, "loss_fn.sequence_level_importance_ratios") or not _get(
