@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, resolve_ref, short_name
+from nemo_fp8_rl.config.commands import command
 from nemo_fp8_rl.config.user_error import USAGE, UsageError
 
 DESCRIPTION = """\
@@ -132,7 +133,7 @@ def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     path = copy_recipe(recipe, dest, overwrite=overwrite, full=full)
     what = "the full configuration" if full else "a copy"
     print(f"wrote {path}: {what} of {recipe} to edit; train it with")
-    print(f"  nemo_fp8_rl.train --recipe {shlex.quote(str(path))}")
+    print(f"  {command('train')} --recipe {shlex.quote(str(path))}")
     return 0
 
 
@@ -164,7 +165,7 @@ def cmd_import(
     )
     for key, value in imported.derived.items():
         print(f"  {key}: NeMo RL's {value!r} derives from the run here (--run-dir DIR moves it)")
-    print(f"train it with\n  nemo_fp8_rl.train --recipe {path}")
+    print(f"train it with\n  {command('train')} --recipe {shlex.quote(str(path))}")
     return 0
 
 

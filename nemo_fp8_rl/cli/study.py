@@ -286,7 +286,9 @@ def main(argv: list[str] | None = None) -> int:
     if dest.resolve() == DOCS and not args.write_docs:
         raise UsageError(str(dest), "holds the committed report", "pass --write-docs to replace it")
     if not args.write_docs and dest.resolve().is_relative_to((ROOT / "docs").resolve()):
-        where = "--report" if args.report is not None else f"--out {args.out} (report: <out>/report)"
+        where = (
+            "--report" if args.report is not None else f"--out {args.out} (report: <out>/report)"
+        )
         raise UsageError(
             where,
             f"would write the report into {dest}, inside the committed docs/",

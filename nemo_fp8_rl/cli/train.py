@@ -141,8 +141,7 @@ def dry_run(recipe, requested: str) -> int:
             "in NeMo RL's CPU environment (bash scripts/nemo-rl-env.sh /path/to/nemo-rl -- "
             "python -m nemo_fp8_rl.train ...)"
             if recipe.config["cluster"]["gpus_per_node"] == 0
-            else "where NeMo RL is installed (docs/cluster.md), or on Slurm with "
-            "nemo_fp8_rl.submit"
+            else "where NeMo RL is installed (docs/cluster.md), or on Slurm with nemo_fp8_rl.submit"
         )
         raise EngineUnavailable(
             f"{recipe.name} (dry run)",

@@ -86,7 +86,12 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     issues: list[ConfigIssue] = []
     config = _read_env(config, "", prov, issues)
     resolved, interp = resolve_all(config)
-    issues += [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    unset = {i.key for i in issues}  # an unset ${oc.env:VAR} is reported once, not again as
+    issues += [  # an unresolvable interpolation of the same key
+        ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key))
+        for i in interp
+        if i.key not in unset
+    ]
     if issues:
         raise RecipeError(str(path), issues)
     return resolved, prov

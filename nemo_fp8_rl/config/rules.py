@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config import optimiser_steps
+from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of

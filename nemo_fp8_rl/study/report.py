@@ -222,15 +222,19 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
     import numpy as np
 
     series = (
-        ("validation/accuracy", "validation accuracy (greedy,\nrollout precision)", 1),
-        ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5),
-        ("train/entropy", "entropy (nats/token)", 1),
-        ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1),
-    )
+        ("validation/accuracy", "validation accuracy (greedy,\nrollout precision)", 1,
+         "Validation accuracy, scored in each run's rollout precision"),
+        ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5,
+         "Negative-advantage tokens clipped at the lower bound"),
+        ("train/entropy", "entropy (nats/token)", 1, "Policy entropy"),
+        ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1,
+         "Compounding of the two passes' FP8 errors in the ratio"),
+    )  # fmt: skip
     dest.mkdir(parents=True, exist_ok=True)
     paths = []
-    for key, label, smooth in series:
+    for key, label, smooth, title in series:
         fig, ax = plt.subplots(figsize=(6.4, 3.6))
+        ax.set_title(title, fontsize=10)
         for name in names:
             runs = []
             for seed in sorted(table.get(name, {})):
@@ -252,6 +256,14 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
                         ]
                     )
             draw_recipe(ax, steps, grid, name, names)
+        if key == "train/ratio_compounding":
+            for level, what in ((1.0, "1: as noisy as one pass"),
+                                (2**0.5, "√2 ≈ 1.41: independent errors")):  # fmt: skip
+                ax.axhline(level, color="gray", ls="--", lw=0.8)
+                ax.annotate(what, (0.01, level), xycoords=("axes fraction", "data"),
+                            fontsize=7, color="gray", va="bottom")  # fmt: skip
+        if key == "validation/accuracy":
+            ax.set_ylim(0.0, 1.0)  # the whole range: a cut axis magnifies seed noise
         ax.set_xlabel("GRPO step")
         ax.set_ylabel(label)
         if ax.lines:  # a metric no run logged leaves an empty panel, without a legend
