@@ -138,8 +138,9 @@ def draw_panels(
     columns = min(max(width, 1), 3)
     fig, axes = panel_figure(len(panels), *size, legend_rows=-(-width // columns))
     for ax, (metric, label), items in zip(axes, labels, panels, strict=True):
-        style_axes(ax, [draw(ax, metric, color(i, item), item) for i, item in enumerate(items)])
-        unit_range(ax, metric, items)
+        drawn = [draw(ax, metric, color(i, item), item) for i, item in enumerate(items)]
+        style_axes(ax, drawn)
+        unit_range(ax, metric, drawn)
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
