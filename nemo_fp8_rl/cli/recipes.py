@@ -106,7 +106,7 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 def cmd_validate(refs: list[str]) -> int:
     """Load and check each recipe (every recipe when none is named); an invalid one is a
-    configuration error (exit code 2), as README's table says."""
+    configuration error (exit code 2), as the exit-code table says."""
     start = time.perf_counter()
     paths = refs or find_recipes()
     failed = 0

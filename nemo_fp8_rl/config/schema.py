@@ -304,7 +304,7 @@ def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, s
 
 
 # What an override may name, unlike NeMo RL's Hydra overrides (where `+` adds any key and a key
-# nothing reads is ignored); `train --help` and README say the same.
+# nothing reads is ignored); `train --help` and docs/recipes.md say the same.
 OVERRIDE_KEYS = (
     "an override, with + or without, sets only a key of the base config, of NeMo RL's config "
     "classes (config/nemo_rl_keys.py) or inside a free-form section (env, *.env_vars, "

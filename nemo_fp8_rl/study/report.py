@@ -228,70 +228,86 @@ def draw_recipe(ax, steps: list[int], grid, name: str, names: list[str]) -> None
         ax.fill_between(steps, low, high, color=color, alpha=0.2, lw=0)
 
 
+# (metric, y label, trailing-mean steps, title) of the study's plots
+SERIES = (
+    ("validation/accuracy", "validation accuracy (greedy,\nrollout precision)", 1,
+     "Validation accuracy, scored in each run's rollout precision"),
+    ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5,
+     "Negative-advantage tokens clipped at the lower bound"),
+    ("train/entropy", "entropy (nats/token)", 1, "Policy entropy"),
+    ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1,
+     "Compounding of the two passes' FP8 errors in the ratio"),
+)  # fmt: skip
+# Reference levels of the compounding: one pass's error, and two independent passes' errors
+COMPOUNDING_LINES = ((1.0, "1: as noisy as one pass"), (2**0.5, "√2 ≈ 1.41: independent errors"))
+
+
+def series_grid(out: Path, table: dict, name: str, key: str, smooth: int):
+    """(steps, values[seed, step]) of `key` over one recipe's seeds, a trailing mean over
+    `smooth` steps applied (NaN-aware); None when no seed logged it."""
+    import numpy as np
+
+    runs = []
+    for seed in sorted(table.get(name, {})):
+        recs = [r for r in read_records(out / name / f"seed-{seed}") if r.get(key) is not None]
+        runs.append({r["step"]: r[key] for r in recs})
+    steps = sorted(set().union(*runs)) if runs else []
+    if not steps:
+        return None
+    grid = np.array([[run.get(s, np.nan) for s in steps] for run in runs], dtype=float)
+    if smooth > 1:
+        with warnings.catch_warnings():  # all-NaN windows stay NaN, quietly
+            warnings.simplefilter("ignore", RuntimeWarning)
+            grid = np.array(
+                [[np.nanmean(g[max(0, i - smooth + 1) : i + 1]) for i in range(len(g))]
+                 for g in grid]
+            )  # fmt: skip
+    return steps, grid
+
+
+def study_figure(key: str, label: str, title: str, recipes: dict, names: list[str]):
+    """One titled figure: each recipe's mean over seeds and its band (`recipes`: name ->
+    (steps, grid)); accuracy on the whole [0, 1], the compounding with its 1 and √2 lines."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 3.6))
+    ax = fig.subplots()
+    ax.set_title(title, fontsize=10)
+    for name, (steps, grid) in recipes.items():
+        draw_recipe(ax, steps, grid, name, names)
+    if key == "train/ratio_compounding":
+        for level, what in COMPOUNDING_LINES:
+            ax.axhline(level, color="gray", ls="--", lw=0.8)
+            ax.annotate(what, (0.01, level), xycoords=("axes fraction", "data"), fontsize=7,
+                        color="gray", va="bottom")  # fmt: skip
+    if key == "validation/accuracy":
+        ax.set_ylim(0.0, 1.0)  # the whole range: a cut axis magnifies seed noise
+    ax.set_xlabel("GRPO step")
+    ax.set_ylabel(label)
+    if ax.lines:  # a metric no run logged leaves an empty panel, without a legend
+        # below the axes, where it covers no data
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    fig.tight_layout()
+    return fig
+
+
 def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
     """Per-step mean over seeds and its 95 % Student-t interval (the intervals the tables quote),
     one color per recipe: validation accuracy, lower clip share of negative-advantage tokens
-    (smoothed over 5 steps), entropy, ratio amplification."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    series = (
-        ("validation/accuracy", "validation accuracy (greedy,\nrollout precision)", 1,
-         "Validation accuracy, scored in each run's rollout precision"),
-        ("train/clip_lower_frac_neg", "share of A<0 tokens\nclipped at L (5-step mean)", 5,
-         "Negative-advantage tokens clipped at the lower bound"),
-        ("train/entropy", "entropy (nats/token)", 1, "Policy entropy"),
-        ("train/ratio_compounding", "ratio error ÷ single-pass\nerror (shadow steps)", 1,
-         "Compounding of the two passes' FP8 errors in the ratio"),
-    )  # fmt: skip
+    (smoothed over 5 steps), entropy, ratio compounding (`SERIES`)."""
     dest.mkdir(parents=True, exist_ok=True)
     paths = []
-    for key, label, smooth, title in series:
-        fig, ax = plt.subplots(figsize=(6.4, 3.6))
-        ax.set_title(title, fontsize=10)
+    for key, label, smooth, title in SERIES:
+        recipes = {}
         for name in names:
-            runs = []
-            for seed in sorted(table.get(name, {})):
-                recs = [
-                    r for r in read_records(out / name / f"seed-{seed}") if r.get(key) is not None
-                ]
-                runs.append({r["step"]: r[key] for r in recs})
-            steps = sorted(set().union(*runs)) if runs else []
-            if not steps:
-                continue
-            grid = np.array([[run.get(s, np.nan) for s in steps] for run in runs], dtype=float)
-            if smooth > 1:  # trailing mean over `smooth` steps (NaN-aware, same length)
-                with warnings.catch_warnings():  # all-NaN windows stay NaN, quietly
-                    warnings.simplefilter("ignore", RuntimeWarning)
-                    grid = np.array(
-                        [
-                            [np.nanmean(g[max(0, i - smooth + 1) : i + 1]) for i in range(len(g))]
-                            for g in grid
-                        ]
-                    )
-            draw_recipe(ax, steps, grid, name, names)
-        if key == "train/ratio_compounding":
-            for level, what in ((1.0, "1: as noisy as one pass"),
-                                (2**0.5, "√2 ≈ 1.41: independent errors")):  # fmt: skip
-                ax.axhline(level, color="gray", ls="--", lw=0.8)
-                ax.annotate(what, (0.01, level), xycoords=("axes fraction", "data"),
-                            fontsize=7, color="gray", va="bottom")  # fmt: skip
-        if key == "validation/accuracy":
-            ax.set_ylim(0.0, 1.0)  # the whole range: a cut axis magnifies seed noise
-        ax.set_xlabel("GRPO step")
-        ax.set_ylabel(label)
-        if ax.lines:  # a metric no run logged leaves an empty panel, without a legend
-            # below the axes, where it covers no data
-            ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
-        fig.tight_layout()
+            found = series_grid(out, table, name, key, smooth)
+            if found is not None:
+                recipes[name] = found
+        fig = study_figure(key, label, title, recipes, names)
         path = dest / (key.replace("/", "_") + ".png")
         buffer = io.BytesIO()
         fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # nothing cut off
         write_atomic(path, buffer.getvalue())
-        plt.close(fig)
         paths.append(path)
     return paths
 
