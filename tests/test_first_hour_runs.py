@@ -35,7 +35,9 @@ def nemo_cpu_run(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
     from nemo_fp8_rl.engines.nemo.cpu.megatron_model import hf_to_megatron, read_hf_state
 
     root = tmp_path_factory.mktemp("nemo-cpu")
-    recipe = load_recipe(NEMO_RECIPE)
+    # the tiny default's validation size, whose warm-up is shipped (the NeMo recipe's 64 would
+    # train one here, minutes on a loaded machine)
+    recipe = load_recipe(NEMO_RECIPE, ["local.task.num_validation=256"])
     run = root / "runs" / recipe.name
     run.mkdir(parents=True)
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe.config))
@@ -180,6 +182,7 @@ def test_step_time_is_drawn_only_when_speed_is_compared(tmp_path, loads, step_ti
     from nemo_fp8_rl.analysis.report import write_plots
 
     comparison = compare_runs(_cpu_runs(tmp_path, loads, False))
+    (tmp_path / "plots").mkdir()
     drawn = write_plots(comparison, tmp_path / "plots")
     assert ("step_time" in drawn) is step_time
     assert "reward_accuracy" in drawn
