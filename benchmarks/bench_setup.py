@@ -163,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.clone is None:
         ap.error("run needs the fresh clone's folder")
     record = measure(args.clone.resolve(), args.label)
+    SAVED.mkdir(parents=True, exist_ok=True)
     path = SAVED / f"{args.label}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}")

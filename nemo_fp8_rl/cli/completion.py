@@ -57,11 +57,16 @@ def subcommands(text: str) -> list[str]:
     return found.group(1).split(",") if found else []
 
 
+# Commands whose first word picks another parser outside argparse's subcommands
+# (`submit status|logs|cancel JOB` has its own flags).
+OTHER_PARSERS = {"submit": ["status"]}
+
+
 def command_flags(name: str) -> list[str]:
     """The flags `nemo_fp8_rl.<name>` and each of its subcommands accept, in order, each once."""
     text = _help(name, [])
     flags = option_flags(text)
-    for sub in subcommands(text):
+    for sub in [*subcommands(text), *OTHER_PARSERS.get(name, [])]:
         flags += option_flags(_help(name, [sub]))
     return [f for f in dict.fromkeys(flags) if f != "-h"]
 
