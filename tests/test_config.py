@@ -262,8 +262,13 @@ RULE_CASES = {
     ),
     "cpu_refuses_gpu_features": (
         TINY_FP8,
-        "policy:\n  generation:\n    vllm_cfg:\n      is_mx: true\n",
-        "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs (cluster.gpus_per_node is 0: the embedded CPU engine). Fix: set policy.generation.vllm_cfg.is_mx=false",
+        "policy:\n  megatron_cfg:\n    fp8_cfg:\n      fp8_param: true\n",
+        "policy.megatron_cfg.fp8_cfg.fp8_param: FP8 primary weights are a Transformer Engine GPU feature (and leave no BF16 reference) (cluster.gpus_per_node is 0: the embedded CPU engine). Fix: set policy.megatron_cfg.fp8_cfg.fp8_param=false",
+    ),
+    "four_bit_emulation": (
+        TINY_FP8,
+        "local:\n  fp4: nvfp4\n",
+        "policy.megatron_cfg.fp8_cfg.enabled: local.fp4: nvfp4 replaces FP8 on both sides, but policy.megatron_cfg.fp8_cfg.enabled is True. Fix: set policy.megatron_cfg.fp8_cfg.enabled=false (configs/precision/nvfp4-cpu.yaml on a BF16 recipe does)",
     ),
     "cpu_refuses_model_parallelism": (
         TINY_BF16,
@@ -316,5 +321,6 @@ def test_every_rule_is_exercised():
         "model_named",
         "parallel_sizes_divide_cluster",
         "quantize_on_trainer",
+        "four_bit_emulation",
     }
     assert {rule.__name__ for rule in RULES} == covered

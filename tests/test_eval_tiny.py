@@ -116,3 +116,16 @@ def test_compare_reads_the_evaluations(runs, tmp_path, capsys):
     fp8_last = json.loads((runs[1] / "eval" / "addition.last.json").read_text())
     assert f"{100 * fp8_last['average']:.1f}" in rows[2]
     assert "One seed per run" in md and "biased upward" in md
+
+
+def test_pass_at_k_with_more_samples(runs):
+    """`--samples 8 --pass-k 1,4,8`: pass@1 is avg@8, pass@8 the share of problems solved."""
+    d = runs[1]
+    args = ["--run", str(d), "--checkpoint", "step_2", "--num-problems", "16"]
+    assert eval_main([*args, "--samples", "8", "--pass-k", "1,4,8"]) == 0
+    result = json.loads((d / "eval" / "addition.step_2.json").read_text())
+    for b in result["benchmarks"].values():
+        correct, p = b["correct_per_problem"], b["pass_at_k"]
+        assert len(correct) == 16 and all(0 <= c <= 8 for c in correct)
+        assert p["1"] == pytest.approx(b["score"]) and p["1"] <= p["4"] <= p["8"]
+        assert p["8"] == pytest.approx(sum(c > 0 for c in correct) / 16)

@@ -143,7 +143,7 @@ def test_convert_command(tmp_path):
 def test_read_scores_is_the_mean_reward(tmp_path):
     rows = [{"reward": r} for r in (1.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0, 0.0)]
     (tmp_path / "evaluation_data.json").write_text(json.dumps({"evaluation_data": rows}))
-    assert nemo.read_scores(tmp_path, 4) == (0.5, 2)
+    assert nemo.read_scores(tmp_path, 4) == (0.5, 2, [2, 2])  # correct samples per problem
 
 
 def _result(run_dir, recipe, precision, seed, selector, scores):

@@ -13,8 +13,11 @@ from nemo_fp8_rl.config.loader import leaf_sources, load_parents
 RECIPES = find_recipes()
 # recipes/study/: the CPU mechanism study's recipes (python -m nemo_fp8_rl.study), not a model's
 STUDY = [p for p in RECIPES if p.parent.name == "study"]
-MODEL_RECIPES = [p for p in RECIPES if p.parent.name != "study"]
+# recipes/study/dose/: the precision dose study's recipes (scripts/dose_study.py)
+DOSE = [p for p in RECIPES if p.parent.name == "dose" and p.parent.parent.name == "study"]
+MODEL_RECIPES = [p for p in RECIPES if p not in STUDY and p not in DOSE]
 STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
+DOSE_NAME = re.compile(r"^grpo-dose-(bf16|(?P<fmt>fp8-block|mxfp8|nvfp4|mxfp4)(-uncalibrated)?)$")
 NAME = re.compile(
     r"^(?P<algo>grpo|dapo)-(?P<model>[a-z0-9.\-]+)-(?P<where>\d+n\d+g|cpu)"
     r"(-async-(?P<age>\d+)off)?(-(?P<length>\d+k))?-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$"
@@ -108,7 +111,7 @@ def test_recipe_is_minimal(path):
 
 
 def _pairs():
-    for path in RECIPES:
+    for path in (p for p in RECIPES if p not in DOSE):  # the dose arms: their own test
         variant = (STUDY_NAME if path in STUDY else NAME).match(path.stem)["variant"]
         if variant.startswith("fp8"):
             sibling = path.with_name(path.stem.replace(f"-{variant}", "-bf16") + ".yaml")
@@ -170,6 +173,23 @@ def test_study_recipes_are_cpu_runs_of_the_tiny_model(path):
         "grpo-study-fp8-uncalibrated",
         "grpo-study-fp8",
     }
+
+
+@pytest.mark.parametrize("path", DOSE, ids=short_name)
+def test_dose_recipes_differ_from_bf16_in_precision_and_calibration_only(path):
+    """Each dose arm is the BF16 dose recipe plus one precision overlay (and calibration)."""
+    m = DOSE_NAME.match(path.stem)
+    assert m, f"{path.name} does not follow grpo-dose-<format>[-uncalibrated]"
+    cfg = load_recipe(path).config
+    base = load_recipe(path.with_name("grpo-dose-bf16.yaml")).config
+    assert cfg["grpo"]["max_num_steps"] == 150 and cfg["cluster"]["gpus_per_node"] == 0
+    calibrated = m["fmt"] is not None and "uncalibrated" not in path.stem
+    assert cfg["loss_fn"]["calibration"]["enabled"] == calibrated
+    a, b = ({k: v for k, v in flat(c).items() if v != {}} for c in (base, cfg))
+    differing = [k for k in set(a) | set(b) if a.get(k) != b.get(k)]
+    allowed = (*PAIR_ALLOWED, "local.fp4", "loss_fn.calibration.", "refit.")
+    assert not [k for k in differing if not k.startswith(allowed)]
+    assert len(DOSE) == 9
 
 
 MOE_FP8 = [
@@ -258,9 +278,12 @@ def test_paper_lengths_and_data(length, new_tokens):
     assert dapo["grpo"]["use_dynamic_sampling"] and dapo["loss_fn"]["ratio_clip_max"] == 0.28
 
 
-@pytest.mark.parametrize("overlay", PRECISION_OVERLAYS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "overlay", [p for p in PRECISION_OVERLAYS if not p.stem.endswith("-cpu")], ids=lambda p: p.stem
+)
 def test_precision_overlay_on_a_bf16_recipe_is_a_fair_pair(overlay, tmp_path):
-    """Every overlay in configs/precision/ changes only precision and refit keys of a GPU recipe."""
+    """Every GPU overlay in configs/precision/ changes only precision and refit keys of a GPU
+    recipe (the `-cpu` overlays are the embedded engine's 4-bit emulation, tested below)."""
     bf16 = find_recipes()[0].parents[1] / "qwen3-8b-base" / "grpo-qwen3-8b-base-1n8g-bf16.yaml"
     defaults = [str(bf16)] + (
         [str(overlay.with_name("fp8-blockwise.yaml"))] if overlay.stem == "fp8-kvcache" else []
@@ -286,14 +309,39 @@ def test_mxfp8_overlay_keys_are_what_nemo_rl_and_megatron_read():
     assert cfg["policy"]["megatron_cfg"]["fp8_cfg"]["fp8_recipe"] == "mxfp8"
 
 
-def test_mxfp8_on_cpu_is_refused_at_load(tmp_path):
+def test_mxfp8_on_cpu_loads_and_emulates_mxfp8_on_both_sides(tmp_path):
+    from nemo_fp8_rl.engines.local import precision
+    from nemo_fp8_rl.fp8 import FP8Spec
+
     tiny = find_recipes()[0].parents[1] / "tiny" / "grpo-tiny-qwen3-cpu-bf16.yaml"
     overlay = PRECISION_OVERLAYS[0].with_name("fp8-mxfp8.yaml")
     child = tmp_path / "grpo-tiny-qwen3-cpu-fp8-mxfp8.yaml"
     child.write_text(f"defaults:\n  - {tiny}\n  - {overlay}\n")
-    with pytest.raises(ValueError) as err:
+    cfg = load_recipe(child).config
+    train = precision.TrainingPrecision.from_config(cfg)
+    assert train.quantized and train.specs[0] == FP8Spec.preset("mxfp8")
+    assert precision.receiver_quantizes(cfg) and precision.refit_scheme(cfg) == "bf16"
+
+
+@pytest.mark.parametrize("kind", ["nvfp4", "mxfp4"])
+def test_four_bit_overlays_change_only_local_fp4_of_a_cpu_recipe(kind, tmp_path):
+    tiny = find_recipes()[0].parents[1] / "tiny" / "grpo-tiny-qwen3-cpu-bf16.yaml"
+    overlay = PRECISION_OVERLAYS[0].with_name(f"{kind}-cpu.yaml")
+    child = tmp_path / f"grpo-tiny-qwen3-cpu-{kind}.yaml"
+    child.write_text(f"defaults:\n  - {tiny}\n  - {overlay}\n")
+    from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS
+
+    a, b = flat(load_recipe(tiny).config), flat(load_recipe(child).config)
+    differing = {k for k in set(a) | set(b) if a.get(k) != b.get(k)}
+    assert sorted(differing - set(DERIVED) - set(PATH_KEYS)) == ["local.fp4"]
+
+
+def test_four_bit_overlay_on_a_gpu_recipe_is_refused(tmp_path):
+    bf16 = find_recipes()[0].parents[1] / "qwen3-8b-base" / "grpo-qwen3-8b-base-1n8g-bf16.yaml"
+    overlay = PRECISION_OVERLAYS[0].with_name("nvfp4-cpu.yaml")
+    child = tmp_path / "grpo-x-1n8g-nvfp4.yaml"
+    child.write_text(f"defaults:\n  - {bf16}\n  - {overlay}\n")
+    with pytest.raises(ValueError, match="nvfp4 emulation runs on the embedded CPU engine only"):
         load_recipe(child)
-    text = str(err.value)
-    assert "policy.generation.vllm_cfg.is_mx: MXFP8 rollout needs Blackwell GPUs" in text
-    assert "policy.megatron_cfg.fp8_cfg.fp8_recipe: MXFP8 training needs Blackwell GPUs" in text
-    assert str(overlay) in text  # the file that set the key
+
+

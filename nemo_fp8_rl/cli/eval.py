@@ -9,6 +9,7 @@ by NeMo RL's checkpoint converter and `examples/run_eval.py` on `math8` (see
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import sys
 import time
@@ -30,12 +31,35 @@ results of evaluated runs beside each other."""
 EXAMPLES = ["nemo_fp8_rl.eval --run runs/grpo-tiny-qwen3-cpu-fp8 --checkpoint best"]
 
 
+def with_sampling(suite, samples: int | None, pass_ks: list[int] | None):  # noqa: ANN001, ANN201
+    """The suite with `samples` per problem on every benchmark (when given) and its pass@k list
+    (default: k = 1), each k checked against every benchmark's samples per problem."""
+    from nemo_fp8_rl.evals.passk import check_ks
+
+    if samples is not None:
+        benches = tuple(dataclasses.replace(b, samples=samples) for b in suite.benchmarks)
+        suite = dataclasses.replace(suite, benchmarks=benches)
+    ks = pass_ks or [1]
+    for bench in suite.benchmarks:
+        try:
+            ks = check_ks(ks, bench.samples, f"--pass-k on {bench.name}")
+        except ValueError as exc:
+            raise UsageError(
+                f"--pass-k {','.join(map(str, pass_ks or [1]))}",
+                str(exc).split(": ", 1)[1].split("; ")[0],
+                f"pass --samples {max(ks)} (or more), or drop the k above {bench.samples}",
+            ) from None
+    return dataclasses.replace(suite, pass_ks=tuple(ks))
+
+
 def evaluate_run(
     run_dir: Path,
     checkpoint: str = "last",
     suite_name: str | None = None,
     data_dir: Path | None = None,
     num_problems: int | None = None,
+    samples: int | None = None,
+    pass_ks: list[int] | None = None,
 ) -> Path:
     """Check every argument (`evals.request`), then evaluate and write; returns the result file."""
     from nemo_fp8_rl.analysis.recipe_diff import precision_of
@@ -55,6 +79,7 @@ def evaluate_run(
                 "leave --num-problems out",
             )
         suite = dataclasses.replace(suite, num_problems=num_problems)
+    suite = with_sampling(suite, samples, pass_ks)
     t0 = time.perf_counter()
     missing: dict[str, str] = {}
     print(f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}")
@@ -84,6 +109,12 @@ def evaluate_run(
     print(
         f"{suite.name} average {result.average:.3f} over {len(scores)} benchmark(s); wrote {path}"
     )
+    for name, b in scores.items():
+        if b.correct is not None:
+            shown = ", ".join(
+                f"pass@{k} {v:.3f}" for k, v in b.to_json()["pass_at_k"].items()
+            )
+            print(f"  {name}: {shown} (n={b.samples_per_problem} samples x {b.num_problems})")
     for name, why in missing.items():
         print(f"  missing {name}: {why}")
     return path
@@ -134,6 +165,19 @@ def main(argv: list[str] | None = None) -> int:
         help="CPU suite: problems per benchmark (256)",
     )
     p.add_argument(
+        "--samples",
+        type=positive_int,
+        default=None,
+        help="samples per problem on every benchmark (default: the suite's, 4 or 16)",
+    )
+    p.add_argument(
+        "--pass-k",
+        type=_ks,
+        default=None,
+        metavar="K[,K...]",
+        help="report the unbiased pass@k for each K <= samples per problem (default 1)",
+    )
+    p.add_argument(
         "--dry-run",
         action="store_true",
         help="check the run, checkpoint, suite and --data-dir and say what would be evaluated",
@@ -142,11 +186,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         return dry_run(args.run, args.checkpoint, args.suite, args.data_dir)
     try:  # a bad argument or run (UserError) is reported by `invoke`, exit code 2
-        evaluate_run(args.run, args.checkpoint, args.suite, args.data_dir, args.num_problems)
+        evaluate_run(
+            args.run,
+            args.checkpoint,
+            args.suite,
+            args.data_dir,
+            args.num_problems,
+            args.samples,
+            args.pass_k,
+        )
     except RuntimeError as exc:  # NemoEvalError: NeMo RL's tools failed or are missing
         print(f"error: {exc}", file=sys.stderr)
         return 1
     return 0
+
+
+def _ks(text: str) -> list[int]:
+    """`1,4,16` -> [1, 4, 16] (positive integers)."""
+    try:
+        ks = [int(t) for t in text.split(",")]
+    except ValueError:
+        ks = []
+    if not ks or min(ks) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected k values such as 1,4,16")
+    return ks
 
 
 entry = run_main(main)

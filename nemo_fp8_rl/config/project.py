@@ -168,6 +168,11 @@ class LocalConfig(_Section):
     """The embedded CPU engine (`cluster.gpus_per_node: 0`)."""
 
     num_threads: int = Field(1, ge=1)
+    fp4: Literal["nvfp4", "mxfp4"] | None = Field(
+        None,
+        description="emulate a 4-bit format (W4A4, straight-through gradients) in training and "
+        "rollout instead of FP8; this engine only (configs/precision/nvfp4-cpu.yaml)",
+    )
     model: TinyModelConfig = TinyModelConfig()
     task: TaskConfig = TaskConfig()
     warmup: WarmupConfig = WarmupConfig()

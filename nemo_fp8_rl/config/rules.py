@@ -11,6 +11,7 @@ from typing import Any
 from nemo_fp8_rl.config import optimiser_steps
 from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
+from nemo_fp8_rl.config.lowprec_rules import four_bit_emulation
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
 
@@ -168,7 +169,7 @@ def calibration_requirements(config: dict, prov: dict[str, str]) -> list[ConfigI
         return []
     key = "loss_fn.calibration.enabled"
     out = []
-    if not _get(config, f"{MCORE}.fp8_cfg.enabled"):
+    if not _get(config, f"{MCORE}.fp8_cfg.enabled") and not _get(config, "local.fp4"):
         out.append(
             _issue(
                 prov,
@@ -290,18 +291,11 @@ _CPU_REFUSED = (
         "set logger.swanlab_enabled=false and use logger.wandb_enabled or "
         "logger.mlflow_enabled, or train on the NeMo RL engine",
     ),
-    (f"{VLLM}.is_mx", True, "MXFP8 rollout needs Blackwell GPUs", f"set {VLLM}.is_mx=false"),
     (
         f"{MCORE}.fp8_cfg.fp8_param",
         True,
         "FP8 primary weights are a Transformer Engine GPU feature (and leave no BF16 reference)",
         f"set {MCORE}.fp8_cfg.fp8_param=false",
-    ),
-    (
-        f"{MCORE}.fp8_cfg.fp8_recipe",
-        "mxfp8",
-        "MXFP8 training needs Blackwell GPUs",
-        "use blockwise or tensorwise",
     ),
 )
 _CPU_PARALLEL = (
@@ -407,6 +401,7 @@ RULES: tuple[Rule, ...] = (
     cpu_supported_features,
     parallel_sizes_divide_cluster,
     quantize_on_trainer,
+    four_bit_emulation,
 )
 
 

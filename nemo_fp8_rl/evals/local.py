@@ -94,8 +94,9 @@ def problems(bench: Benchmark, count: int, exclude: set[str]) -> tuple[list[str]
 
 def score(
     model, tokenizer, prompts: list[str], answers: list[str], bench: Benchmark, suite: Suite
-) -> float:
-    """avg@n: mean exact-match reward over `bench.samples` samples of each problem."""
+) -> tuple[float, list[int]]:
+    """avg@n (mean exact-match reward over `bench.samples` samples of each problem) and the
+    number of correct samples of each problem."""
     from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
     from nemo_fp8_rl.engines.local.task import exact_match_reward
     from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
@@ -115,7 +116,9 @@ def score(
             tokenizer.pad_token_id,
         )
     texts = decode_completions(tokenizer, gen.response_ids)
-    return float(exact_match_reward(texts, [a for a in answers for _ in range(n)]).mean())
+    rewards = exact_match_reward(texts, [a for a in answers for _ in range(n)])
+    correct = rewards.view(len(prompts), n).sum(1).round().to(torch.int64).tolist()
+    return float(rewards.mean()), correct
 
 
 def evaluate(
@@ -139,9 +142,10 @@ def evaluate(
         t0 = time.perf_counter()
         exclude = excluded[bench.name]
         prompts, answers = problems(bench, suite.num_problems, exclude)
-        value = score(model, tokenizer, prompts, answers, bench, suite)
+        value, correct = score(model, tokenizer, prompts, answers, bench, suite)
+        dataset = f"addition-{bench.digits}d-seed{SEED}"
         out[bench.name] = BenchmarkScore(
-            bench.title, value, len(prompts), bench.samples, f"addition-{bench.digits}d-seed{SEED}"
+            bench.title, value, len(prompts), bench.samples, dataset, correct, suite.pass_ks
         )
         print(
             f"  {bench.name}: {value:.3f} (avg@{bench.samples}, {time.perf_counter() - t0:.1f} s)"

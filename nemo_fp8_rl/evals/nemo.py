@@ -170,8 +170,10 @@ def write_eval_config(config: dict[str, Any], folder: Path) -> Path:
     return path
 
 
-def read_scores(save_path: Path, samples: int) -> tuple[float, int]:
-    """(avg@n, problems) from NeMo RL's `evaluation_data.json` (one entry per sample)."""
+def read_scores(save_path: Path, samples: int) -> tuple[float, int, list[int]]:
+    """(avg@n, problems, correct samples per problem) from NeMo RL's `evaluation_data.json`:
+    one entry per sample, the `samples` of a problem consecutive (run_eval repeats each prompt
+    with `repeat_interleave`); a reward counts as correct when it is positive."""
     path = save_path / "evaluation_data.json"
     if not path.is_file():
         raise NemoEvalError(
@@ -180,7 +182,10 @@ def read_scores(save_path: Path, samples: int) -> tuple[float, int]:
         )
     rows = json.loads(path.read_text())["evaluation_data"]
     rewards = [float(r["reward"]) for r in rows]
-    return sum(rewards) / max(1, len(rewards)), len(rewards) // max(1, samples)
+    correct = [
+        sum(r > 0 for r in rewards[i : i + samples]) for i in range(0, len(rewards), samples)
+    ]
+    return sum(rewards) / max(1, len(rewards)), len(rewards) // max(1, samples), correct
 
 
 def _run(cmd: list[str], cwd: Path, what: str) -> None:
@@ -220,9 +225,10 @@ def evaluate(
             continue
         path = write_eval_config(cfg, folder)
         _run([sys.executable, str(tree / RUN_EVAL), "--config", str(path)], tree, "run_eval.py")
-        value, n = read_scores(folder, bench.samples)
+        value, n, correct = read_scores(folder, bench.samples)
+        dataset = cfg["data"]["dataset_name"]
         scores[bench.name] = BenchmarkScore(
-            bench.title, value, n, bench.samples, cfg["data"]["dataset_name"]
+            bench.title, value, n, bench.samples, dataset, correct, suite.pass_ks
         )
     s = suite.sampling
     sampling = {

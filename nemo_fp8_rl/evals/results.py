@@ -6,11 +6,12 @@
  "checkpoint": {"selector", "step", "path", "metric", "value", "candidates", "selection_bias", ...},
  "sampling": {"temperature", "top_p", "top_k", "max_new_tokens"},
  "benchmarks": {"<name>": {"title", "score", "num_problems", "samples_per_problem", "metric",
-                           "dataset"}},
+                           "dataset", "pass_at_k": {"<k>": ...}, "correct_per_problem": [...]}},
  "average": <mean of the benchmark scores>, "missing": {"<name>": "<why>"}, "seconds": ...}
 ```
 
-`score` is avg@n in [0, 1]; `average` is the unweighted mean over the benchmarks evaluated (the
+`score` is avg@n in [0, 1]; `pass_at_k` the unbiased pass@k for each k asked (`evals.passk`),
+and `correct_per_problem` the correct samples of each problem, in the benchmark's fixed order; `average` is the unweighted mean over the benchmarks evaluated (the
 study's "average over eight benchmarks"); a suite with missing benchmarks says so in `missing`.
 A second evaluation of another checkpoint goes to `<suite>.<selector>.json` as well, so `last`
 and `best` can sit side by side (`<suite>.json` is always the latest one written).
@@ -26,23 +27,27 @@ from typing import Any
 
 from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.evals.passk import pass_at_k
 
 FORMAT = 1
 
 
 @dataclass
 class BenchmarkScore:
-    """One benchmark's result."""
+    """One benchmark's result; `correct` holds, per problem in a fixed order, how many of its
+    samples were correct (for pass@k and per-question pairing, `evals.passk`)."""
 
     title: str
     score: float
     num_problems: int
     samples_per_problem: int
     dataset: str
+    correct: list[int] | None = None
+    pass_ks: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """The benchmark's entry."""
-        return {
+        out = {
             "title": self.title,
             "score": self.score,
             "num_problems": self.num_problems,
@@ -50,6 +55,11 @@ class BenchmarkScore:
             "metric": f"avg@{self.samples_per_problem}",
             "dataset": self.dataset,
         }
+        if self.correct is not None:
+            n = self.samples_per_problem
+            out["pass_at_k"] = {str(k): pass_at_k(self.correct, n, k) for k in self.pass_ks}
+            out["correct_per_problem"] = list(self.correct)
+        return out
 
 
 @dataclass

@@ -56,6 +56,7 @@ class Suite:
     benchmarks: tuple[Benchmark, ...]
     sampling: Sampling = Sampling()
     num_problems: int = 0  # addition: problems per benchmark
+    pass_ks: tuple[int, ...] = (1,)  # pass@k reported for these k (each <= samples per problem)
 
 
 MATH8 = Suite(

@@ -43,6 +43,14 @@ class Arm:
         default_factory=lambda: defaultdict(lambda: defaultdict(list))
     )
     steps: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    # selector -> benchmark -> k -> pass@k per seed
+    passk: dict[str, dict[str, dict[str, list[float]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    )
+    # selector -> benchmark -> (correct per problem, samples per problem) per seed
+    questions: dict[str, dict[str, list[tuple[list[int], int]]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(list))
+    )
 
 
 @dataclass
@@ -73,6 +81,12 @@ def collect(run_dirs: Sequence[Path]) -> list[EvalTable]:
             arm.steps[sel].append(r["checkpoint"]["step"])
             for name, b in r["benchmarks"].items():
                 arm.values[sel][name].append(b["score"])
+                for k, v in (b.get("pass_at_k") or {}).items():
+                    arm.passk[sel][name][k].append(v)
+                if b.get("correct_per_problem") is not None:
+                    arm.questions[sel][name].append(
+                        (b["correct_per_problem"], b["samples_per_problem"])
+                    )
                 if name not in order[r["suite"]]:
                     order[r["suite"]].append(name)
             if r.get("average") is not None:
@@ -133,10 +147,61 @@ def rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
     return headers, out
 
 
+def passk_rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows of pass@k: one row per arm, checkpoint and benchmark, one column per k
+    (points, mean over seeds with its Student-t interval)."""
+    ks = sorted(
+        {k for a in table.arms for b in a.passk.values() for d in b.values() for k in d}, key=int
+    )
+    headers = ["run (recipe)", "checkpoint", "benchmark", *(f"pass@{k}" for k in ks)]
+    out = []
+    for arm in table.arms:
+        for sel in SELECTORS:
+            for name in table.benchmarks:
+                per_k = arm.passk.get(sel, {}).get(name)
+                if per_k:
+                    out.append([arm.recipe, sel, name, *(_cell(per_k.get(k, [])) for k in ks)])
+    return headers, out
+
+
+def _question_rates(runs: list[tuple[list[int], int]]) -> list[float] | None:
+    """Per problem, the success rate pooled over an arm's seeds (None when the seeds' problem
+    lists differ in length, i.e. are not the same problems)."""
+    if not runs or len({len(c) for c, _ in runs}) != 1:
+        return None
+    return [sum(c[j] for c, _ in runs) / sum(n for _, n in runs) for j in range(len(runs[0][0]))]
+
+
+def question_rows(table: EvalTable) -> tuple[list[str], list[list[str]]]:
+    """Per-question paired differences against the BF16 arm: per benchmark and checkpoint, the
+    mean over problems of (arm's success rate − BF16's) with the Student-t interval over problems
+    (n = problems; each arm's rate pools its seeds' samples)."""
+    headers = ["run (recipe)", "checkpoint", "benchmark", "vs BF16, per question (points)"]
+    ref, out = table.arms[table.reference], []
+    for arm in table.arms:
+        if arm is ref:
+            continue
+        for sel in SELECTORS:
+            for name in table.benchmarks:
+                a = _question_rates(arm.questions.get(sel, {}).get(name, []))
+                b = _question_rates(ref.questions.get(sel, {}).get(name, []))
+                if a is None or b is None or len(a) != len(b):
+                    continue
+                ci = stats.mean_interval([x - y for x, y in zip(a, b, strict=True)]).scaled(100)
+                cell = f"{ci.estimate:+.1f} [{ci.low:+.1f}, {ci.high:+.1f}] (n={ci.n} questions)"
+                out.append([arm.recipe, sel, name, cell])
+    return headers, out
+
+
 def notes(table: EvalTable) -> list[str]:
     """What the table does and does not show."""
     out = [
-        "Scores are avg@n in points (x100); [lo, hi] (n=k) = 95 % Student-t interval over k seeds."
+        "Scores are avg@n in points (x100); [lo, hi] (n=k) = 95 % Student-t interval over k seeds.",
+        "pass@k: the unbiased estimator over each problem's n samples (k <= n), mean over "
+        "problems, then over seeds.",
+        "Per question: the same problems in both arms; the interval is over problems (n = "
+        "questions), so it shows how consistent a difference is across questions, not across "
+        "seeds.",
     ]
     if all(max((len(v) for v in a.seeds.values()), default=0) < 2 for a in table.arms):
         out.append(
@@ -151,12 +216,23 @@ def markdown(tables: Sequence[EvalTable]) -> str:
     """All tables as Markdown (for `evaluation.md` in the report directory)."""
     lines = []
     for t in tables:
-        headers, body = rows(t)
-        lines += [f"## Evaluation: {t.suite}", "", "| " + " | ".join(headers) + " |"]
-        lines.append("|" + "---|" * len(headers))
-        lines += ["| " + " | ".join(r) + " |" for r in body]
-        lines += [""] + [f"- {n}" for n in notes(t)] + [""]
+        for title, (headers, body) in _sections(t):
+            if not body:
+                continue
+            lines += [f"## {title}", "", "| " + " | ".join(headers) + " |"]
+            lines.append("|" + "---|" * len(headers))
+            lines += ["| " + " | ".join(r) + " |" for r in body] + [""]
+        lines += [f"- {n}" for n in notes(t)] + [""]
     return "\n".join(lines)
+
+
+def _sections(t: EvalTable) -> list[tuple[str, tuple[list[str], list[list[str]]]]]:
+    """(title, (headers, rows)) of each table of a suite: scores, pass@k, per question."""
+    return [
+        (f"Evaluation: {t.suite}", rows(t)),
+        (f"pass@k: {t.suite}", passk_rows(t)),
+        (f"Per-question paired differences: {t.suite}", question_rows(t)),
+    ]
 
 
 def html(tables: Sequence[EvalTable]) -> str:
@@ -167,8 +243,9 @@ def html(tables: Sequence[EvalTable]) -> str:
 
     parts = []
     for t in tables:
-        headers, body = rows(t)
-        parts.append(f"<h2>Evaluation: {_html.escape(t.suite)}</h2>" + html_table(headers, body))
+        for title, (headers, body) in _sections(t):
+            if body:
+                parts.append(f"<h2>{_html.escape(title)}</h2>" + html_table(headers, body))
         parts.append("<ul>" + "".join(f"<li>{_html.escape(n)}</li>" for n in notes(t)) + "</ul>")
     return "\n".join(parts)
 
@@ -181,13 +258,15 @@ def print_tables(tables: Sequence[EvalTable], console: Any = None) -> None:
 
     console = console or Console(width=200)
     for t in tables:
-        headers, body = rows(t)
-        table = Table(title=f"evaluation: {t.suite}")
-        for h in headers:
-            table.add_column(h)
-        for r in body:
-            table.add_row(*(escape(c) for c in r))
-        console.print(table)
+        for title, (headers, body) in _sections(t):
+            if not body:
+                continue
+            table = Table(title=title.lower())
+            for h in headers:
+                table.add_column(h)
+            for r in body:
+                table.add_row(*(escape(c) for c in r))
+            console.print(table)
         for n in notes(t):
             console.print(f"  {escape(n)}")
 

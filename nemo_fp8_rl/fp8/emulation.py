@@ -8,10 +8,12 @@ optimizer, the state dict and the model code stay as they are. Each converted la
 
 where `fq` is quantize-dequantize (`fake_quantize`): weights with `weight_spec` (128x128 blocks),
 activations with `act_spec` (1x128 groups along K, per token), and `bf16()` rounds to BF16 so the
-FP32 matmul emulates BF16 compute (BF16 matmuls are very slow on CPUs without BF16 units).
+FP32 matmul emulates BF16 compute (BF16 matmuls are very slow on CPUs without BF16 units). The
+specs may also be MXFP8 (1x32 blocks, E8M0 scales) or a 4-bit `FP4Spec` (NVFP4, MXFP4: W4A4).
 
 Backward follows TE's blockwise recipe when `grad_spec` is given (output gradient G, input X):
-    dX = fq_g_row(G) @ fq_w(W)              (G quantized 1x128 along N)
+    dX = fq_g_row(G) @ fq_w(W)              (G quantized 1x128 along N; with 1-D weight tiles,
+                                             as MXFP8's, W is quantized along its output dim)
     dW = fq_g_col(G)^T @ fq_a_col(X)         (G and X quantized 1x128 along tokens, from BF16)
 Without `grad_spec` the gradients are the straight-through ones: dX = G @ fq_w(W), dW = G^T fq_a(X).
 
@@ -28,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from nemo_fp8_rl.fp8.fp4 import FP4Spec, fake_quantize_fp4
 from nemo_fp8_rl.fp8.kv_cache import (
     FP8KVCacheState,
     calibrate_kv_scales,
@@ -46,6 +49,7 @@ __all__ = [
 ]
 
 ModuleFilter = Callable[[nn.Module, str], bool]
+QuantSpec = FP8Spec | FP4Spec
 
 
 def round_to_bf16(t: torch.Tensor) -> torch.Tensor:
@@ -55,7 +59,9 @@ def round_to_bf16(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.bfloat16).to(t.dtype)
 
 
-def _fq(t: torch.Tensor, spec: FP8Spec) -> torch.Tensor:
+def _fq(t: torch.Tensor, spec: QuantSpec) -> torch.Tensor:
+    if isinstance(spec, FP4Spec):
+        return fake_quantize_fp4(t.detach(), spec)
     return fake_quantize(t.detach(), spec)
 
 
@@ -88,7 +94,8 @@ class _FP8LinearFunction(torch.autograd.Function):
             x_col = _fq(x_hp.reshape(-1, x_hp.shape[-1]).t().contiguous(), layer.act_spec).t()
         else:
             g_row, g_col, x_col = g2, g2, x_q.reshape(-1, x_q.shape[-1])
-        dx = _maybe_bf16(g_row @ w_q, layer.bf16).reshape(*grad.shape[:-1], w_q.shape[1])
+        w_d = layer.dgrad_weight(w_q) if layer.grad_spec is not None else w_q
+        dx = _maybe_bf16(g_row @ w_d, layer.bf16).reshape(*grad.shape[:-1], w_q.shape[1])
         dw = _maybe_bf16(g_col.t() @ x_col, layer.bf16)
         db = g2.sum(0) if ctx.has_bias else None
         return dx.to(x_hp.dtype), dw.to(w_q.dtype), db, None
@@ -101,18 +108,18 @@ class FP8EmulatedLinear(nn.Linear):
     `fp8_enabled=False` gives the BF16 path (only the BF16 rounding remains).
     """
 
-    weight_spec: FP8Spec
-    act_spec: FP8Spec
-    grad_spec: FP8Spec | None
+    weight_spec: QuantSpec
+    act_spec: QuantSpec
+    grad_spec: QuantSpec | None
 
     @classmethod
     def from_linear(
         cls,
         linear: nn.Linear,
         *,
-        weight_spec: FP8Spec,
-        act_spec: FP8Spec,
-        grad_spec: FP8Spec | None = None,
+        weight_spec: QuantSpec,
+        act_spec: QuantSpec,
+        grad_spec: QuantSpec | None = None,
         bf16: bool = True,
     ) -> FP8EmulatedLinear:
         """Wrap `linear`'s parameters (shared, not copied) in an FP8-emulated layer."""
@@ -135,6 +142,16 @@ class FP8EmulatedLinear(nn.Linear):
             self._w_cache = (key, _fq(_maybe_bf16(w.detach(), self.bf16), self.weight_spec))
         return self._w_cache[1]
 
+    def dgrad_weight(self, w_q: torch.Tensor) -> torch.Tensor:
+        """The weight the input gradient multiplies: `w_q` for 2-D tiles (the same blocks either
+        way), else `W` quantized along its output dim (TE's columnwise copy, e.g. MXFP8's 32 x 1
+        blocks)."""
+        spec = self.weight_spec
+        if isinstance(spec, FP4Spec) or spec.granularity in ("blockwise", "tensorwise"):
+            return w_q
+        w = _maybe_bf16(self.weight.detach(), self.bf16)
+        return _fq(w.t().contiguous(), spec).t()
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """W8A8 fake-quant linear when `fp8_enabled`, else the BF16-rounded linear."""
         if not self.fp8_enabled:
@@ -154,11 +171,13 @@ class FP8EmulatedLinear(nn.Linear):
         )
 
 
-def _as_spec(spec: FP8Spec | str, what: str) -> FP8Spec:
+def _as_spec(spec: QuantSpec | str, what: str) -> QuantSpec:
     if isinstance(spec, str):
         return FP8Spec.preset(spec)
-    if not isinstance(spec, FP8Spec):
-        raise TypeError(f"{what} must be an FP8Spec or a preset name, got {type(spec).__name__}")
+    if not isinstance(spec, (FP8Spec, FP4Spec)):
+        raise TypeError(
+            f"{what} must be an FP8Spec, an FP4Spec or a preset name, got {type(spec).__name__}"
+        )
     return spec
 
 
@@ -175,9 +194,9 @@ def _default_filter(model: nn.Module) -> ModuleFilter:
 def convert_to_fp8_emulation(
     model: nn.Module,
     *,
-    weight_spec: FP8Spec | str,
-    act_spec: FP8Spec | str,
-    grad_spec: FP8Spec | str | None = None,
+    weight_spec: QuantSpec | str,
+    act_spec: QuantSpec | str,
+    grad_spec: QuantSpec | str | None = None,
     module_filter_fn: ModuleFilter | None = None,
     bf16: bool = True,
 ) -> nn.Module:

@@ -167,7 +167,7 @@ class RefitPlan:
         if chosen == "bf16":
             return cls(scheme="bf16", bf16_names=frozenset(names), **common)
         scale = "pow2" if _uses_pow2(vllm, chosen) else "fp32"
-        fp8, reasons = _select_fp8(names, vllm)
+        fp8, reasons = select_quantized(names, vllm)
         if target == "vllm" and chosen == "block" and shapes is not None:
             fp8 = _drop_misaligned(fp8, shapes, reasons)
         ignored = _ignored_modules(names, fp8)
@@ -228,7 +228,12 @@ def _layer_count(vllm: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def _select_fp8(names: list[str], vllm: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
+def select_quantized(
+    names: list[str], vllm: Mapping[str, Any]
+) -> tuple[set[str], dict[str, str]]:
+    """The decoder linear weights a quantized rollout serves quantized (vLLM's rules: not the
+    router, not the first/last `num_*_layers_in_bf16`, not `quantization_ignored_layer_kws`,
+    every shard of a fused module alike), and for each other name the reason it stays BF16."""
     layers = [i for i in map(layer_index, names) if i is not None]
     num_layers = max(layers) + 1 if layers else 0
     first = _layer_count(vllm, "num_first_layers_in_bf16")

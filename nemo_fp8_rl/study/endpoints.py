@@ -45,10 +45,40 @@ class Seeds(_Strict):
     resolve_points: float = Field(gt=0)
 
 
+class DoseSurge(_Strict):
+    statistic: Literal["largest_rise_above_trailing_min"]
+    window: int = Field(ge=1)
+    threshold_rule: Literal["bf16_mean_plus_2sd"]
+    threshold: float | None = Field(None, gt=0)
+
+
+class PassAtK(_Strict):
+    k: list[int] = Field(min_length=1)
+    samples: int = Field(ge=1)
+
+
+class Dose(_Strict):
+    """The precision dose study's pre-registered design (endpoints.yaml `dose:`)."""
+
+    recipes: str
+    formats: list[str] = Field(min_length=1)
+    run_order: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=2)
+    steps: int = Field(ge=1)
+    primary: Literal["gain_from_start"]
+    score: Literal["validation/bf16_accuracy"]
+    pass_at_k: PassAtK
+    dose_metric: Literal["ratio_nmae"]
+    clip_shares: list[str]
+    alpha: float = Field(gt=0, lt=1)
+    entropy_surge: DoseSurge
+
+
 class Endpoints(_Strict):
     accuracy: Accuracy
     entropy_surge: Surge
     seeds: Seeds
+    dose: Dose | None = None
 
 
 def load(path: Path = FILE) -> Endpoints:

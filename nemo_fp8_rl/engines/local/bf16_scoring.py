@@ -28,20 +28,26 @@ _BF16_NAMES = {ROLLOUT_ACCURACY: BF16_ACCURACY, ROLLOUT_ACCURACY_SAMPLED: BF16_A
 
 
 def generation_is_bf16(config: dict[str, Any]) -> bool:
-    """True when the recipe's rollout engine already generates in BF16 (no FP8, no FP8 KV)."""
+    """True when the recipe's rollout engine already generates in BF16 (no FP8 or 4-bit
+    weights, no FP8 KV cache)."""
     vllm = config["policy"]["generation"]["vllm_cfg"]
     return (
         str(vllm.get("precision", "bfloat16")).lower() != "fp8"
         and vllm.get("kv_cache_dtype") != "fp8"
+        and not (config.get("local") or {}).get("fp4")
     )
 
 
 def bf16_generation_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A copy of `config` whose rollout engine generates in BF16 (FP8 weights and KV cache off)."""
+    """A copy of `config` whose rollout engine generates in BF16 (FP8 or 4-bit weights, MXFP8
+    and the FP8 KV cache off)."""
     out = copy.deepcopy(config)
     vllm = out["policy"]["generation"]["vllm_cfg"]
     vllm["precision"] = "bfloat16"
     vllm["kv_cache_dtype"] = "auto"
+    vllm["is_mx"] = False
+    if out.get("local"):
+        out["local"]["fp4"] = None
     return out
 
 

@@ -15,6 +15,15 @@ plan produced (same scheme and scale kind) and dynamic activation scales (1x128 
 scaling, per tensor otherwise; power-of-2 with `pow2_activation_scaling_factors`); layers the plan
 keeps in BF16 stay BF16. `kv_cache_dtype: fp8` adds E4M3 K/V with per-layer scales that the
 trainer calibrates on each step's batch (as NeMo RL does) and sends with the refit.
+
+MXFP8 (Blackwell's format; `fp8_recipe: mxfp8`, `vllm_cfg.is_mx: true`): E4M3 in 1x32 blocks
+with E8M0 scales for weights, activations and gradients (TE `MXFP8BlockScaling`); the rollout
+receives BF16 weights and quantizes them itself, as NeMo RL's receiver does for `is_mx`.
+
+4-bit formats (`local.fp4: nvfp4 | mxfp4`, this engine only): W4A4 on both sides, fake-quantized
+with a straight-through backward (quantization-aware training, as NeMo RL's NVFP4 path through
+ModelOpt): NVFP4 weights in TE's 16x16 tiles for training and vLLM's 1x16 for the rollout,
+activations 1x16; MXFP4 1x32 everywhere. The rollout quantizes the BF16 refit on receipt.
 """
 
 from __future__ import annotations
@@ -32,15 +41,35 @@ from nemo_fp8_rl.config.rules import cpu_supported_features
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.fp8.emulation import (
     FP8EmulatedLinear,
+    QuantSpec,
     calibrate_kv_scales,
     convert_to_fp8_emulation,
     enable_fp8_kv_cache_emulation,
     fp8_emulation,
 )
+from nemo_fp8_rl.fp8.fp4 import FP4Spec
 from nemo_fp8_rl.fp8.kv_cache import kv_states
 from nemo_fp8_rl.refit import RefitPlan
+from nemo_fp8_rl.refit.plan import select_quantized
 
-_TRAIN_RECIPES = ("blockwise", "tensorwise")
+_TRAIN_RECIPES = ("blockwise", "tensorwise", "mxfp8")
+Specs = tuple[QuantSpec, QuantSpec, QuantSpec | None]
+
+
+def fp4_kind(cfg: dict[str, Any]) -> str | None:
+    """The 4-bit format the recipe emulates (`local.fp4`), or None."""
+    return (cfg.get("local") or {}).get("fp4")
+
+
+def receiver_quantizes(cfg: dict[str, Any]) -> bool:
+    """True when the rollout quantizes the BF16 refit itself (MXFP8 `is_mx`, 4-bit formats)."""
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    return bool(fp4_kind(cfg) or vllm.get("is_mx"))
+
+
+def refit_scheme(cfg: dict[str, Any]) -> str | None:
+    """The refit plan's scheme: "bf16" when the receiver quantizes, else the recipe's (None)."""
+    return "bf16" if receiver_quantizes(cfg) else None
 
 
 def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
@@ -77,12 +106,22 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
         raise RecipeError(recipe_name, issues)
 
 
-def _train_specs(cfg: dict[str, Any]) -> tuple[FP8Spec, FP8Spec, FP8Spec]:
+def _fp4_specs(kind: str, *, train: bool) -> Specs:
+    """(weight, activation, None): W4A4 with straight-through gradients (module doc)."""
+    if kind == "mxfp4":
+        return FP4Spec("mxfp4", (1, 32)), FP4Spec("mxfp4", (1, 32)), None
+    return FP4Spec("nvfp4", (16, 16) if train else (1, 16)), FP4Spec("nvfp4", (1, 16)), None
+
+
+def _train_specs(cfg: dict[str, Any]) -> Specs:
     """(weight, activation, gradient) specs of Transformer Engine's recipe in `fp8_cfg`."""
     meg = cfg["policy"]["megatron_cfg"]
     fp8 = meg["fp8_cfg"]
     env = meg.get("env_vars") or {}
     grad_fmt = "e5m2" if fp8.get("fp8", "e4m3") == "hybrid" else "e4m3"
+    if fp8.get("fp8_recipe", "blockwise") == "mxfp8":
+        mx = FP8Spec.preset("mxfp8")
+        return mx, mx, FP8Spec(grad_fmt, "mxfp8", "e8m0")
     if fp8.get("fp8_recipe", "blockwise") == "tensorwise":
         return (
             FP8Spec("e4m3", "tensorwise"),
@@ -99,24 +138,27 @@ def _train_specs(cfg: dict[str, Any]) -> tuple[FP8Spec, FP8Spec, FP8Spec]:
 
 @dataclass(frozen=True)
 class TrainingPrecision:
-    """How the trainer's model computes (see the module docstring)."""
+    """How the trainer's model computes (see the module docstring); `quantized`: FP8 or 4-bit
+    emulation is on (else BF16)."""
 
-    fp8: bool
-    specs: tuple[FP8Spec, FP8Spec, FP8Spec] | None
+    quantized: bool
+    specs: Specs | None
     kv_fp8: bool
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> TrainingPrecision:
-        """Read `policy.megatron_cfg.fp8_cfg` and `vllm_cfg.kv_cache_dtype`."""
-        enabled = bool(cfg["policy"]["megatron_cfg"]["fp8_cfg"].get("enabled"))
+        """Read `policy.megatron_cfg.fp8_cfg`, `local.fp4` and `vllm_cfg.kv_cache_dtype`."""
         kv = cfg["policy"]["generation"]["vllm_cfg"].get("kv_cache_dtype") == "fp8"
-        return cls(fp8=enabled, specs=_train_specs(cfg) if enabled else None, kv_fp8=kv)
+        if fp4_kind(cfg):
+            return cls(quantized=True, specs=_fp4_specs(fp4_kind(cfg), train=True), kv_fp8=kv)
+        enabled = bool(cfg["policy"]["megatron_cfg"]["fp8_cfg"].get("enabled"))
+        return cls(quantized=enabled, specs=_train_specs(cfg) if enabled else None, kv_fp8=kv)
 
     def apply(self, model: nn.Module) -> None:
         """Convert the decoder Linears in place (BF16 rounding always; FP8 when enabled)."""
         w, a, g = self.specs or (FP8Spec(), FP8Spec("e4m3", "rowwise"), None)
         convert_to_fp8_emulation(model, weight_spec=w, act_spec=a, grad_spec=g, bf16=True)
-        if not self.fp8:
+        if not self.quantized:
             for mod in model.modules():
                 if isinstance(mod, FP8EmulatedLinear):
                     mod.fp8_enabled = False
@@ -127,7 +169,7 @@ class TrainingPrecision:
 
     def shadow(self, model: nn.Module):
         """Context for the BF16 shadow pass (FP8 off, BF16 rounding kept)."""
-        return fp8_emulation(model, enabled=False) if self.fp8 else nullcontext(model)
+        return fp8_emulation(model, enabled=False) if self.quantized else nullcontext(model)
 
     @contextmanager
     def kv_calibration(self, model: nn.Module) -> Iterator[None]:
@@ -158,37 +200,45 @@ def export_weights(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
 
 @dataclass(frozen=True)
 class RolloutPrecision:
-    """How the generation engine's model computes (see the module docstring)."""
+    """How the generation engine's model computes (see the module docstring): the refit plan
+    (what the trainer sends), the specs the served layers quantize with (None: BF16) and which
+    weights those layers hold."""
 
     plan: RefitPlan
-    act_spec: FP8Spec | None
+    weight_spec: QuantSpec | None
+    act_spec: QuantSpec | None
+    quantized_names: frozenset[str]
     kv_fp8: bool
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any], model: nn.Module) -> RolloutPrecision:
-        """The refit plan for `model`'s parameters and the activation / KV settings."""
+        """The refit plan for `model`'s parameters and the weight / activation / KV settings."""
         vllm = cfg["policy"]["generation"]["vllm_cfg"]
         names = [n for n, _ in export_weights(model)]
-        plan = RefitPlan.from_config(cfg, names, target="module")
-        act = None
-        if plan.spec is not None:
-            gran = "rowwise" if plan.scheme == "block" else "tensorwise"
-            scale = "pow2" if vllm.get("pow2_activation_scaling_factors") else "fp32"
-            act = FP8Spec("e4m3", gran, scale)
-        return cls(plan=plan, act_spec=act, kv_fp8=vllm.get("kv_cache_dtype") == "fp8")
+        kv = vllm.get("kv_cache_dtype") == "fp8"
+        plan = RefitPlan.from_config(cfg, names, target="module", scheme=refit_scheme(cfg))
+        if receiver_quantizes(cfg):
+            kind = fp4_kind(cfg)
+            w, a, _ = _fp4_specs(kind, train=False) if kind else (FP8Spec.preset("mxfp8"),) * 3
+            chosen, _ = select_quantized(names, vllm)
+            return cls(plan, w, a, frozenset(chosen), kv)
+        if plan.spec is None:
+            return cls(plan, None, None, frozenset(), kv)
+        gran = "rowwise" if plan.scheme == "block" else "tensorwise"
+        scale = "pow2" if vllm.get("pow2_activation_scaling_factors") else "fp32"
+        return cls(plan, plan.spec, FP8Spec("e4m3", gran, scale), plan.fp8_names, kv)
 
     def apply(self, model: nn.Module) -> None:
-        """Convert in place: FP8 W8A8 for the plan's FP8 weights, BF16 rounding elsewhere."""
-        fp8_names = self.plan.fp8_names
+        """Convert in place: quantized W?A? for `quantized_names`, BF16 rounding elsewhere."""
         convert_to_fp8_emulation(
             model,
-            weight_spec=self.plan.spec or FP8Spec(),
+            weight_spec=self.weight_spec or FP8Spec(),
             act_spec=self.act_spec or FP8Spec("e4m3", "rowwise"),
             bf16=True,
         )
         for fqn, mod in model.named_modules():
             if isinstance(mod, FP8EmulatedLinear):
-                mod.fp8_enabled = self.act_spec is not None and f"{fqn}.weight" in fp8_names
+                mod.fp8_enabled = f"{fqn}.weight" in self.quantized_names
         if self.kv_fp8:
             enable_fp8_kv_cache_emulation(model)
 

@@ -98,7 +98,7 @@ class Trainer:
         """
         if self.loss_fn.calibrator is not None:
             return self.loss_fn.calibrator.is_calibration_step(step)
-        if not self.precision.fp8:
+        if not self.precision.quantized:
             return False
         return step >= self.shadow_start and (step - self.shadow_start) % self.shadow_interval == 0
 
@@ -237,7 +237,12 @@ class Trainer:
         """
         named = precision.export_weights(self.model)
         if self.plan is None:
-            self.plan = RefitPlan.from_config(self.config, [n for n, _ in named], target="module")
+            self.plan = RefitPlan.from_config(
+                self.config,
+                [n for n, _ in named],
+                target="module",
+                scheme=precision.refit_scheme(self.config),
+            )
         bucket_bytes = self.config["refit"]["bucket_size_mb"] * 2**20
         buckets = list(stream_refit(named, self.plan, bucket_bytes=bucket_bytes))
         return buckets, precision.kv_scales(self.model)

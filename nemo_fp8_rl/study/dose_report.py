@@ -1,0 +1,190 @@
+"""Tables and figure of the precision dose study, from its archived runs (docs/study/dose/runs).
+
+Per run: the study summary (`analysis.summarize`: accuracy endpoints BF16-scored, `prob_nmae`,
+`ratio_nmae`, `ratio_compounding`, the lower-bound clip share of A<0 tokens, entropy), plus the
+upper-bound clip share of A>0 tokens (`clip_upper_frac_pos`, mean over steps), the entropy's mean
+over 25-step windows, whether its largest rise reaches the pre-registered threshold, and pass@k
+(`dose_passk.json`). Per arm: means with Student-t 95 % intervals over seeds (n beside each).
+Per format: loss = uncalibrated − BF16 and recovery = calibrated − uncalibrated, each the
+Student-t interval of the per-seed differences over the seeds both arms have (paired, n).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from nemo_fp8_rl.study import analysis, endpoints
+from nemo_fp8_rl.study.dose import ARCHIVE, DOCS, arm_name
+
+WINDOW = 25
+ENDPOINTS = (
+    ("val_gain", "accuracy gain from step 0", "{:+.3f}"),
+    ("val_mean", "accuracy, mean after step 0", "{:.3f}"),
+    ("pass@1", "pass@1", "{:.3f}"),
+    ("pass@4", "pass@4", "{:.3f}"),
+    ("pass@16", "pass@16", "{:.3f}"),
+    ("clip_lower_frac_neg", "A<0 clipped at L", "{:.4f}"),
+    ("clip_upper_frac_pos", "A>0 clipped at H", "{:.4f}"),
+    ("entropy_mean", "mean entropy", "{:.3f}"),
+    ("entropy_rise", "largest entropy rise", "{:.3f}"),
+)
+DOSE = (
+    ("prob_nmae", "prob NMAE", "{:.4f}"),
+    ("ratio_nmae", "ratio NMAE (the dose)", "{:.4f}"),
+    ("ratio_compounding", "compounding", "{:.2f}"),
+)
+
+
+def summarize(run_dir: Path, threshold: float | None) -> dict[str, float]:
+    """One run's values (module doc)."""
+    s = analysis.summarize(run_dir)
+    recs = analysis.read_records(run_dir)
+    train = [r for r in recs if r["step"] >= 1 and r.get("train/entropy") is not None]
+    ups = [r["train/clip_upper_frac_pos"] for r in train if "train/clip_upper_frac_pos" in r]
+    s["clip_upper_frac_pos"] = sum(ups) / len(ups) if ups else math.nan
+    s["surge"] = float(threshold is not None and s["entropy_rise"] >= threshold)
+    for w in range(0, max((r["step"] for r in train), default=0), WINDOW):
+        vals = [r["train/entropy"] for r in train if w < r["step"] <= w + WINDOW]
+        s[f"entropy_w{w + WINDOW}"] = sum(vals) / len(vals) if vals else math.nan
+    passk = run_dir / "dose_passk.json"
+    if passk.exists():
+        for k, v in json.loads(passk.read_text())["pass_at_k"].items():
+            s[f"pass@{k}"] = v
+    return s
+
+
+def arm_list() -> list[str]:
+    """Arm names in report order: BF16, then each format uncalibrated and calibrated."""
+    formats = endpoints.load().dose.formats
+    return ["bf16"] + [a for f in formats for a in (f"{f}-uncalibrated", f)]
+
+
+def collect(archive: Path = ARCHIVE) -> dict[str, dict[int, dict]]:
+    """`{arm: {seed: summary}}` of the archived runs (arms without runs are left out)."""
+    threshold = endpoints.load().dose.entropy_surge.threshold
+    out: dict[str, dict[int, dict]] = {}
+    for arm in arm_list():
+        runs = sorted((archive / arm_name(arm)).glob("seed-*"))
+        if runs:
+            out[arm] = {int(r.name[5:]): summarize(r, threshold) for r in runs}
+    return out
+
+
+def _iv(runs: dict[int, dict], key: str) -> analysis.Interval:
+    return analysis.mean_interval([s.get(key, math.nan) for s in runs.values()])
+
+
+def _paired(a: dict[int, dict], b: dict[int, dict], key: str) -> analysis.Interval:
+    """a − b over the seeds both have (Student-t of the per-seed differences)."""
+    return analysis.paired(
+        {k: s.get(key, math.nan) for k, s in a.items()},
+        {k: s.get(key, math.nan) for k, s in b.items()},
+        "diff",
+    )
+
+
+def arm_table(table: dict[str, dict[int, dict]]) -> str:
+    """Per arm: seeds, the dose, every endpoint (mean [95 % t-interval] (n))."""
+    cols = [*DOSE, *ENDPOINTS]
+    lines = [
+        "| arm | seeds | surges | " + " | ".join(label for _, label, _ in cols) + " |",
+        "|---|---|---|" + "---|" * len(cols),
+    ]
+    for arm, runs in table.items():
+        cells = " | ".join(_iv(runs, k).fmt(f) for k, _, f in cols)
+        surges = f"{int(sum(s['surge'] for s in runs.values()))}/{len(runs)}"
+        lines.append(f"| {arm} | {', '.join(map(str, sorted(runs)))} | {surges} | {cells} |")
+    return "\n".join(lines)
+
+
+def format_table(table: dict[str, dict[int, dict]]) -> str:
+    """Per format: the dose, what uncalibrated loses against BF16 and what calibration recovers,
+    on the primary endpoint, pass@16 and the lower-bound clip share (paired, n)."""
+    keys = (("val_gain", "{:+.3f}"), ("pass@16", "{:+.3f}"), ("clip_lower_frac_neg", "{:+.4f}"))
+    head = " | ".join(f"{what} {k}" for k, _ in keys for what in ("loss", "recovery"))
+    lines = [f"| format | dose (ratio NMAE, uncalibrated) | {head} |", "|---|---|" + "---|" * 6]
+    base = table.get("bf16", {})
+    for fmt in endpoints.load().dose.formats:
+        unc, cal = table.get(f"{fmt}-uncalibrated"), table.get(fmt)
+        if not unc:
+            continue
+        cells = []
+        for k, f in keys:
+            cells.append(_paired(unc, base, k).fmt(f) if base else "—")
+            cells.append(_paired(cal, unc, k).fmt(f) if cal else "—")
+        lines.append(f"| {fmt} | {_iv(unc, 'ratio_nmae').fmt('{:.4f}')} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def entropy_table(table: dict[str, dict[int, dict]]) -> str:
+    """Mean entropy per 25-step window, per arm (mean over seeds, n)."""
+    keys = sorted(
+        {
+            k
+            for runs in table.values()
+            for s in runs.values()
+            for k in s
+            if k.startswith("entropy_w")
+        },
+        key=lambda k: int(k[9:]),
+    )
+    lines = [
+        "| arm | " + " | ".join(f"steps {int(k[9:]) - WINDOW + 1}-{k[9:]}" for k in keys) + " |",
+        "|---|" + "---|" * len(keys),
+    ]
+    for arm, runs in table.items():
+        lines.append(f"| {arm} | " + " | ".join(_iv(runs, k).fmt() for k in keys) + " |")
+    return "\n".join(lines)
+
+
+def markdown(archive: Path = ARCHIVE) -> str:
+    """The three tables, with the threshold in force."""
+    table = collect(archive)
+    thr = endpoints.load().dose.entropy_surge.threshold
+    return "\n\n".join(
+        [
+            "Per arm (mean [95 % Student-t interval] (n seeds)); surges: runs whose largest "
+            f"entropy rise reaches the pre-registered threshold {thr}:",
+            arm_table(table),
+            "Per format, paired by seed (Student-t of the per-seed differences, n): loss = "
+            "uncalibrated − BF16, recovery = calibrated − uncalibrated:",
+            format_table(table),
+            "Entropy over training, mean per 25-step window:",
+            entropy_table(table),
+        ]
+    )
+
+
+def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
+    """Accuracy gain and lower-bound clip share against the measured dose, both arms of each
+    format (and BF16 at dose 0), mean over seeds with 95 % t-intervals; returns the PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = collect(archive)
+    out.mkdir(parents=True, exist_ok=True)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ax, (key, label) in zip(
+        axes, (("val_gain", "accuracy gain from step 0 (BF16-scored)"),
+               ("clip_lower_frac_neg", "share of A<0 tokens clipped at L")), strict=True
+    ):  # fmt: skip
+        for arm, runs in table.items():
+            x = 0.0 if arm == "bf16" else _iv(runs, "ratio_nmae").mean
+            y = _iv(runs, key)
+            err = [[y.mean - y.low], [y.high - y.mean]] if math.isfinite(y.low) else None
+            style = "s" if arm == "bf16" else ("o" if arm.endswith("-uncalibrated") else "^")
+            ax.errorbar([x], [y.mean], yerr=err, fmt=style, capsize=3, label=f"{arm} (n={y.n})")
+        ax.set_xlabel("measured dose: ratio NMAE against the BF16 shadow")
+        ax.set_ylabel(label)
+        ax.set_title(label, fontsize=10)
+    axes[1].legend(fontsize=7, loc="best")
+    fig.suptitle("Precision dose study: o uncalibrated, ^ calibrated, s BF16 (95 % t-intervals)")
+    fig.tight_layout()
+    path = out / "dose_response.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

@@ -1,0 +1,105 @@
+"""Precision dose study: BF16 and four low-precision formats, each uncalibrated and calibrated.
+
+The design is pre-registered in `nemo_fp8_rl/study/endpoints.yaml` (`dose:`); the recipes are in
+`recipes/study/dose/`. Runs go seed-major over the arms of the formats named (the study's
+`run_order` puts the extremes first), so that a study cut short still holds paired seeds.
+
+    python scripts/dose_study.py run --formats bf16 --seeds 1-3,5-6 --jobs 2 --out runs/dose
+    python scripts/dose_study.py threshold --out runs/dose          # the BF16 surge threshold
+    python scripts/dose_study.py run --formats fp8-block,nvfp4 --seeds 1-3,5-6 --out runs/dose
+    python scripts/dose_study.py passk --out runs/dose              # pass@k of every finished run
+    python scripts/dose_study.py archive --out runs/dose            # -> docs/study/dose/runs
+    python scripts/dose_study.py table                              # tables from the archive
+    python scripts/dose_study.py figure                             # docs/study/dose/*.png
+
+`threshold` prints the surge threshold the pre-registered rule gives (mean + 2 SD of the BF16
+arm's largest entropy rise) and, with `--write`, writes it into the endpoints file, which must
+then be committed before any low-precision run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
+from nemo_fp8_rl.study import analysis, dose, dose_report, endpoints, grid  # noqa: E402
+
+
+def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
+    """Run every arm of `formats` over `seeds`, seed-major; returns the number of failed runs."""
+    recipes = [dose.RECIPES / f"{arm}.yaml" for arm in dose.arms(formats)]
+    if (
+        any(fmt != "bf16" for fmt in formats)
+        and endpoints.load().dose.entropy_surge.threshold is None
+    ):
+        print("refused: the surge threshold is not fixed yet (run the BF16 arm, then `threshold "
+              "--write` and commit the endpoints file)", file=sys.stderr)  # fmt: skip
+        return 2
+    by_recipe = grid.plan(recipes, seeds, out)
+    specs = sorted(by_recipe, key=lambda s: (seeds.index(s.seed), recipes.index(s.recipe)))
+    for spec in specs:
+        grid.action(spec)
+    results = grid.run_all(specs, jobs=jobs)
+    return sum(r.returncode != 0 for r in results)
+
+
+def threshold(out: Path, write: bool) -> int:
+    """Print (and with `write`, record) the BF16 arm's surge threshold."""
+    ep = endpoints.load()
+    runs = [r for r in sorted((out / dose.arm_name("bf16")).glob("seed-*")) if dose.finished(r)]
+    rises = [
+        dose.largest_rise(analysis.read_records(r), ep.dose.entropy_surge.window) for r in runs
+    ]
+    value = dose.surge_threshold(rises)
+    print(f"BF16 largest entropy rise over {len(rises)} seeds: {rises}; threshold {value:.4f}")
+    if write:
+        text = endpoints.FILE.read_text(encoding="utf-8")
+        new, count = re.subn(r"(\n    threshold: )null\n", rf"\g<1>{value:.4f}\n", text)
+        if count != 1:
+            print(
+                "refused: the endpoints file has no `threshold: null` under dose:", file=sys.stderr
+            )
+            return 2
+        endpoints.FILE.write_text(new, encoding="utf-8")
+        print(f"wrote threshold {value:.4f} to {endpoints.FILE}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["run", "threshold", "passk", "archive", "table", "figure"])
+    ap.add_argument(
+        "--formats", default="bf16", help="bf16 and/or formats of the study, comma-separated"
+    )
+    ap.add_argument("--seeds", default="1-3,5-6")
+    ap.add_argument("--out", type=Path, default=Path("runs/dose"))
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
+    ap.add_argument("--write", action="store_true", help="threshold: write it to endpoints.yaml")
+    args = ap.parse_args(argv)
+    if args.what == "run":
+        return (
+            1 if run(args.formats.split(","), parse_seeds(args.seeds), args.out, args.jobs) else 0
+        )
+    if args.what == "threshold":
+        return threshold(args.out, args.write)
+    if args.what == "passk":
+        return dose.pass_at_k_all(args.out)
+    if args.what == "archive":
+        dose.archive(args.out)
+        return 0
+    if args.what == "figure":
+        for path in dose_report.figures():
+            print(path)
+        return 0
+    print(dose_report.markdown())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""The precision dose study's design code: arms, the pre-registered surge threshold rule, and the
+tables over archived runs (a docs test regenerates the committed tables once runs are archived)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import statistics
+
+import pytest
+
+from nemo_fp8_rl.study import dose, dose_report, endpoints
+
+
+def test_design_is_read_from_the_endpoints_file():
+    d = endpoints.load().dose
+    assert d.formats == ["fp8-block", "mxfp8", "nvfp4", "mxfp4"] and d.steps == 150
+    assert d.run_order[:3] == ["bf16", "fp8-block", "nvfp4"]
+    assert dose.arms(["bf16", "nvfp4"]) == [
+        "grpo-dose-bf16", "grpo-dose-nvfp4-uncalibrated", "grpo-dose-nvfp4"
+    ]  # fmt: skip
+    for arm in dose.arms(["bf16", *d.formats]):
+        assert (dose.RECIPES / f"{arm}.yaml").is_file()
+    with pytest.raises(ValueError, match="unknown dose format 'fp6'"):
+        dose.arms(["fp6"])
+
+
+def test_surge_threshold_is_mean_plus_two_sample_sd():
+    rises = [0.02, 0.05, 0.03, 0.04, 0.06]
+    expect = statistics.fmean(rises) + 2 * statistics.stdev(rises)
+    assert dose.surge_threshold(rises) == pytest.approx(expect)
+    with pytest.raises(ValueError, match=">= 2 finished BF16 runs"):
+        dose.surge_threshold([0.1])
+
+
+def _run(folder, seed, gain, dose_value, clip):
+    """An archived run: step-0 and later validations, training steps with shadow metrics."""
+    d = folder / f"seed-{seed}"
+    d.mkdir(parents=True)
+    recs = [{"step": 0, "validation/bf16_accuracy": 0.4}]
+    for step in range(1, 31):
+        rec = {"step": step, "train/entropy": 0.7, "train/clip_lower_frac_neg": clip,
+               "train/clip_upper_frac_pos": clip / 2}  # fmt: skip
+        if step % 5 == 0 and dose_value > 0:  # BF16 runs have no shadow pass
+            rec.update({"train/prob_nmae": dose_value / 2, "train/ratio_nmae": dose_value,
+                        "train/single_pass_nmae": dose_value})  # fmt: skip
+        if step % 10 == 0:
+            rec["validation/bf16_accuracy"] = 0.4 + gain
+        recs.append(rec)
+    with gzip.open(d / "metrics.jsonl.gz", "wt") as f:
+        f.write("\n".join(json.dumps(r) for r in recs) + "\n")
+    (d / "dose_passk.json").write_text(json.dumps({"pass_at_k": {"1": 0.3, "4": 0.5, "16": 0.7}}))
+
+
+def test_tables_pair_arms_by_seed(tmp_path):
+    for seed, (g_bf16, g_unc, g_cal) in enumerate([(0.1, 0.05, 0.09), (0.12, 0.04, 0.1),
+                                                   (0.08, 0.03, 0.07)], 1):  # fmt: skip
+        _run(tmp_path / "grpo-dose-bf16", seed, g_bf16, 0.0, 0.01)
+        _run(tmp_path / "grpo-dose-nvfp4-uncalibrated", seed, g_unc, 0.05, 0.04)
+        _run(tmp_path / "grpo-dose-nvfp4", seed, g_cal, 0.05, 0.02)
+    table = dose_report.collect(tmp_path)
+    assert set(table) == {"bf16", "nvfp4-uncalibrated", "nvfp4"}
+    text = dose_report.format_table(table)
+    row = next(line for line in text.splitlines() if line.startswith("| nvfp4 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    loss = statistics.fmean([0.05 - 0.1, 0.04 - 0.12, 0.03 - 0.08])
+    recovery = statistics.fmean([0.09 - 0.05, 0.1 - 0.04, 0.07 - 0.03])
+    assert cells[1].startswith("0.0500") and cells[2].startswith(f"{loss:+.3f} [")
+    assert cells[3].startswith(f"{recovery:+.3f} [") and cells[3].endswith("(n=3)")
+    assert "| nvfp4-uncalibrated |" in dose_report.arm_table(table)
+    assert dose_report.figures(tmp_path, tmp_path / "fig")[0].stat().st_size > 10_000
