@@ -21,7 +21,6 @@ from nemo_fp8_rl.cli import study as study_cli
 from nemo_fp8_rl.cli import train as train_cli
 from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.config.commands import command, project_root
 
 ROOT = Path(__file__).resolve().parents[1]
 T = "tiny/grpo-tiny-qwen3-cpu-fp8"
@@ -83,6 +82,8 @@ def test_unset_environment_variable_is_one_problem(tmp_path, monkeypatch, capsys
 
 
 def test_printed_commands_follow_how_the_command_was_started(tmp_path, monkeypatch):
+    from nemo_fp8_rl.config.commands import command, project_root
+
     venv_python = project_root() / ".venv" / "bin" / "python"
     monkeypatch.setattr(sys, "prefix", str(venv_python.parents[1]))
     monkeypatch.setenv("UV", "/usr/bin/uv")
@@ -96,6 +97,7 @@ def test_printed_commands_follow_how_the_command_was_started(tmp_path, monkeypat
 
 
 def test_the_end_of_a_run_and_a_copy_print_commands_that_run(tmp_path, monkeypatch, capsys):
+    from nemo_fp8_rl.config.commands import command
     from nemo_fp8_rl.runs.summary import next_lines
 
     monkeypatch.chdir(tmp_path)
