@@ -146,7 +146,7 @@ def table(saved: list[Path]) -> str:
             f"{r['pytest']['load_mean']:.1f} on average, at most {max(r['train']['load_max'], r['pytest']['load_max']):.1f}; "
             f"{download}): the first command {_minutes(r['train']['wall_seconds'])} wall, creating "
             f"`.venv` included; the second {_minutes(r['pytest']['wall_seconds'])} "
-            f"({_counts(r['pytest']['last_line'])})."
+            f"({_counts(r['pytest']['last_line'])} at commit {r['commit'][:7]})."
         )
     return "\n".join(lines)
 
