@@ -1,4 +1,5 @@
-"""The study's pre-registered endpoints (`endpoints.yaml`, read by the report and the power script).
+"""The studies' endpoints (`endpoints.yaml`, read by the report and the power script): the CPU
+study's, fixed after its committed runs were made, and the precision dose study's (`dose:`).
 
 Per run, from its metric records (training steps k ≥ 1, validations at step 0 and later):
 - `mean_after_start`: mean of the validation accuracy over every evaluation after step 0;

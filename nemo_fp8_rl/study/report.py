@@ -10,7 +10,7 @@ and `fp8_cal` (FP8 with Calibrated Clipping). The method's claims, as targets ov
    (geometric mean of the per-seed quotients);
 3. FP8 loses validation accuracy against BF16 (`fp8_uncal` − `bf16` < 0, paired by seed) and
    calibration recovers it (`fp8_cal` − `fp8_uncal` > 0); `fp8_cal` − `bf16` is shown too.
-   Accuracy is the pre-registered primary endpoint (`endpoints.yaml`: mean over every
+   Accuracy is the primary endpoint (`endpoints.yaml`, fixed after the committed runs: mean over every
    evaluation after step 0), gain from step 0 the secondary; the rows name the score they read
    (BF16 generation, or each run's rollout precision for runs without the BF16 score), and a
    row measures the scoring confound at step 0, where every recipe has the same weights;
