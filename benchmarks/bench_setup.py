@@ -2,7 +2,7 @@
 
     uv run python benchmarks/bench_setup.py run CLONE --label quiet   # measure; writes
                                                                       # benchmarks/setup/quiet.json
-    uv run python benchmarks/bench_setup.py table                     # README's setup-cost block
+    uv run python benchmarks/bench_setup.py table [--write README.md] # README's setup-cost block
 
 `run` takes a fresh clone (`git clone -b <branch> <repo> CLONE`, no `.venv`) and runs, in it, the
 two commands exactly as README gives them: `uv run nemo_fp8_rl.train --recipe
@@ -156,9 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("what", choices=["run", "table"])
     ap.add_argument("clone", nargs="?", type=Path, help="a fresh clone (run)")
     ap.add_argument("--label", default="measured", help="the condition: quiet or loaded")
+    ap.add_argument("--write", type=Path, help="table: replace the block in this file (README.md)")
     args = ap.parse_args(argv)
     if args.what == "table":
-        print(table(sorted(SAVED.glob("*.json"))))
+        block = table(sorted(SAVED.glob("*.json")))
+        if args.write is None:
+            print(block)
+            return 0
+        text = args.write.read_text(encoding="utf-8")
+        if text.count(BEGIN) != 1 or text.count(END) != 1:
+            raise SystemExit(f"error: {args.write}: needs one {BEGIN} and one {END}")
+        head, rest = text.split(BEGIN)
+        args.write.write_text(f"{head}{BEGIN}\n{block}\n{END}{rest.split(END)[1]}")
         return 0
     if args.clone is None:
         ap.error("run needs the fresh clone's folder")
