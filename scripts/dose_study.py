@@ -80,7 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/dose"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
-    ap.add_argument("--write", action="store_true", help="threshold: write it to endpoints.yaml")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="threshold: write it to endpoints.yaml; table: write it into docs/study/dose.md",
+    )
     args = ap.parse_args(argv)
     if args.what == "run":
         return (
@@ -97,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         for path in dose_report.figures():
             print(path)
         return 0
-    print(dose_report.markdown())
+    text = dose_report.markdown()
+    if args.write:
+        dose_report.write_docs(text)
+    print(text)
     return 0
 
 

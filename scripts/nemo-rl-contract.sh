@@ -9,21 +9,14 @@
 # (tests/test_nemo_*.py) there with NEMO_RL_SRC set, so the `nemo_rl`-marked contract tests run
 # and the other engine tests use NeMo RL's own BatchedDataDict and loss enums.
 #
-# Environment: NEMO_RL_ENV  where to build the environment (default ~/.cache/nemo-fp8-rl/nemo-rl-env)
-#              PYTHON312    a Python >= 3.12 interpreter (default: the first that runs of python3.12,
-#                           python3.13, python3 on PATH, pyenv's installed 3.12+, uv's)
+# Environment: NEMO_RL_ENV and PYTHON312, as for scripts/nemo-rl-env.sh.
 set -euo pipefail
-
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 /path/to/nemo-rl [pytest args]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[pytest args]" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 bash "$REPO/scripts/nemo-rl-env.sh" "$SRC" >/dev/null
-ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
 echo "NeMo RL tree: $SRC ($(git -C "$SRC" describe --tags --always 2>/dev/null || echo 'not a git checkout'))"
 cd "$REPO"
 NEMO_RL_SRC="$SRC" PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1 \

@@ -13,15 +13,10 @@
 #              PYTHON312    a Python >= 3.12 interpreter (default: the first that runs of python3.12,
 #                           python3.13, python3 on PATH, pyenv's installed 3.12+, uv's)
 set -euo pipefail
-
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 /path/to/nemo-rl [-- command ...]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[-- command ...]" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
 
 runs() {  # runs PYTHON: true when it starts and is >= 3.12 (a pyenv shim may exist yet not run)
   [[ -n "$1" ]] && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1

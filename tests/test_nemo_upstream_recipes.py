@@ -13,8 +13,13 @@ from pathlib import Path
 import pytest
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config
-from nemo_fp8_rl.engines.nemo.upstream_recipes import FOLLOWS, Follows, mismatches, own_keys
+from nemo_fp8_rl.engines.nemo.driver.handoff import to_nemo_config
+from nemo_fp8_rl.engines.nemo.preflight.upstream_recipes import (
+    FOLLOWS,
+    Follows,
+    mismatches,
+    own_keys,
+)
 
 SRC = os.environ.get("NEMO_RL_SRC")
 pytestmark = [

@@ -9,21 +9,21 @@ import pytest
 import torch
 
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.engines.nemo import refit_workers
-from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
-from nemo_fp8_rl.engines.nemo.vllm_refit import (
-    RefitPayloadError,
-    check_chunk,
-    check_refit_info,
-    scale_shape,
-)
-from nemo_fp8_rl.engines.nemo.worker_env import (
+from nemo_fp8_rl.engines.nemo.driver import refit_workers
+from nemo_fp8_rl.engines.nemo.driver.worker_env import (
     ASYNC_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     TRAINER_FP8_WORKER_FQN,
     VLLM_ASYNC_WORKER_FQN,
     VLLM_WORKER_FQN,
     WORKER_FQN,
+)
+from nemo_fp8_rl.engines.nemo.worker.trainer_refit import QuantizeOnTrainer
+from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
+    RefitPayloadError,
+    check_chunk,
+    check_refit_info,
+    scale_shape,
 )
 
 FP8, F32, BF16 = torch.float8_e4m3fn, torch.float32, torch.bfloat16

@@ -12,11 +12,17 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
   `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
 * the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
+
+`CpuLoop` gives the runner these answers through the driver's platform seam
+(`driver.platform.Platform`), so the runner's GPU path is the only one it spells out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PACKAGE = "nemo_fp8_rl.engines.nemo.cpu"
@@ -46,11 +52,6 @@ def colocated(config: dict[str, Any]) -> bool:
 def logical_gpus(config: dict[str, Any]) -> int:
     """Logical GPUs of the CPU loop: 1 colocated, 2 (train + generation) non-colocated."""
     return LOGICAL_GPUS if colocated(config) else LOGICAL_GPUS + 1
-
-
-def is_cpu_recipe(config: dict[str, Any]) -> bool:
-    """A recipe for one CPU machine (`cluster.gpus_per_node: 0`)."""
-    return config["cluster"]["gpus_per_node"] == 0
 
 
 def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
@@ -107,21 +108,67 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
     return problems
 
 
-def policy_factory(quantize_on: str) -> Any:
-    """`grpo.setup(policy_factory=...)`: NeMo RL's `Policy` with the CPU policy worker."""
-    from nemo_rl.models.policy.lm_policy import Policy
+class CpuLoop:
+    """NeMo RL's loop on this CPU machine, as the runner's platform (`driver.platform`).
 
-    fqn = policy_worker(quantize_on)
+    `inputs(run_dir)` writes the model and data the run trains on (`engines.tiny_handover`)
+    and returns their paths (`cpu_config`); it is called once the run directory is set up.
+    """
 
-    def make_policy(*args: Any, **kwargs: Any) -> Any:
-        print(f"policy worker: {fqn} (CPU, megatron-core)", flush=True)
-        return Policy(*args, worker_extension_cls_fqn=fqn, **kwargs)
+    def __init__(self, inputs: Callable[[Path], dict[str, str]] | None) -> None:
+        self.inputs = inputs
 
-    return make_policy
+    def problems(self, config: dict[str, Any]) -> list[str]:
+        """What stops the recipe on the CPU loop (`check_cpu_recipe`)."""
+        return check_cpu_recipe(config)
 
+    def missing_inputs(self) -> list[str]:
+        """The model and data the CPU loop trains on, when the caller gave no way to write them."""
+        if self.inputs is None:
+            return ["a CPU recipe on NeMo RL's loop needs its model and data (cpu_inputs)"]
+        return []
 
-def generation_worker(quantize_on: str) -> Any:
-    """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
-    from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
+    def set_environment(self) -> None:
+        """`cluster.set_environment` (before NeMo RL is imported)."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
 
-    return cpu_generation_worker(quantize_on)
+        cluster.set_environment()
+
+    def handoff(self, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+        """The hand-off with the CPU loop's values and the inputs written into `run_dir`."""
+        if self.inputs is None:
+            raise ValueError("the CPU loop needs its model and data (cpu_inputs)")
+        return cpu_config(config, self.inputs(run_dir))
+
+    def start_ray(self, config: dict[str, Any]) -> None:
+        """A local Ray with the recipe's logical GPUs and the CPU workers registered."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+        cluster.register_workers(WORKERS)
+        resources = cluster.start_ray(logical_gpus(config))
+        print(f"Ray on CPU with {resources.get('GPU', 0):.0f} logical GPU(s)", flush=True)
+
+    def stop_ray(self) -> None:
+        """Stop the run's local Ray (`cluster.stop_ray`)."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+        cluster.stop_ray()
+
+    def policy_factory(self, calibrated: bool, quantize_on: str) -> Any:
+        """`grpo.setup(policy_factory=...)`: NeMo RL's `Policy` with the CPU policy worker
+        (which has the shadow controls whether or not the recipe calibrates)."""
+        from nemo_rl.models.policy.lm_policy import Policy
+
+        fqn = policy_worker(quantize_on)
+
+        def make_policy(*args: Any, **kwargs: Any) -> Any:
+            print(f"policy worker: {fqn} (CPU, megatron-core)", flush=True)
+            return Policy(*args, worker_extension_cls_fqn=fqn, **kwargs)
+
+        return make_policy
+
+    def generation_workers(self, quantize_on: str) -> contextlib.AbstractContextManager[Any]:
+        """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
+        from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
+
+        return cpu_generation_worker(quantize_on)

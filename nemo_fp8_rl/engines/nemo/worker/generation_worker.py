@@ -19,7 +19,7 @@ from nemo_rl.distributed.worker_group_utils import get_nsight_config_if_pattern_
 from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
 from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
-EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.vllm_extension.TrainerFp8WorkerExtension"
+EXTENSION_FQN = "nemo_fp8_rl.engines.nemo.worker.vllm_extension.TrainerFp8WorkerExtension"
 
 
 def with_extension(llm_kwargs: dict[str, Any]) -> dict[str, Any]:

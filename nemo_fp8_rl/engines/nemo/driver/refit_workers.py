@@ -22,7 +22,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.worker_env import (
+from nemo_fp8_rl.engines.nemo.driver.worker_env import (
     ASYNC_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     MEGATRON_WORKER_FQN,

@@ -27,7 +27,7 @@ import torch
 from nemo_rl.models.generation.vllm.quantization import fp8
 from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtension
 
-from nemo_fp8_rl.engines.nemo.vllm_refit import (
+from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
     GROUPED_SLABS,
     RefitInfo,
     RefitPayloadError,

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from nemo_fp8_rl.config.interpolate import is_missing, lookup
+from nemo_fp8_rl.config.nemo_defaults import compose, leaves
 
 # Run paths and names derive from the recipe's file name (never copied).
 DERIVED = ("checkpointing.checkpoint_dir", "logger.log_dir", "logger.wandb.name")
@@ -105,38 +106,12 @@ FOLLOWS: dict[str, Follows] = {
 }
 
 
-def _leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and value:
-            out.update(_leaves(value, dotted))
-        else:
-            out[dotted] = value
-    return out
-
-
 def own_keys(path: Path) -> list[str]:
-    """Leaf keys set by `path` and the recipe files it inherits (the chain up to, not including,
-    a file outside a `recipes/` folder, i.e. NeMo RL's base configs)."""
-    keys: list[str] = []
-    while "recipes" in path.parts:
-        data = yaml.safe_load(path.read_text()) or {}
-        parent = data.pop("defaults", None)
-        keys += [k for k in _leaves(data) if k not in keys]
-        if parent is None:
-            break
-        path = (path.parent / (parent if isinstance(parent, str) else parent[-1])).resolve()
-    return keys
-
-
-def _get(tree: dict[str, Any], dotted: str) -> Any:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return KeyError
-        node = node[part]
-    return node
+    """Leaf keys set by `path` and the recipe files it inherits: composed with NeMo RL's
+    `defaults:` rule (`config.nemo_defaults.compose`), the keys whose value comes from a file in a
+    `recipes/` folder (NeMo RL's base configs sit outside one)."""
+    config, prov = compose(Path(path).resolve())
+    return [k for k in leaves(config) if "recipes" in Path(prov.get(k, "")).parts]
 
 
 def mismatches(
@@ -149,11 +124,11 @@ def mismatches(
     for key in [*keys, *(k for k in follows.deviations if k not in keys)]:
         if key in DERIVED:
             continue
-        ours, theirs = _get(handoff, key), _get(upstream, key)
+        ours, theirs = lookup(handoff, key), lookup(upstream, key)
         if key in follows.deviations:
             if ours == theirs:
                 out.append(f"{key}: listed as a deviation but equal to NeMo RL's {theirs!r}")
         elif ours != theirs:
-            shown = "<absent>" if ours is KeyError else repr(ours)
+            shown = "<absent>" if is_missing(ours) else repr(ours)
             out.append(f"{key}: {shown} here, NeMo RL's {follows.upstream} has {theirs!r}")
     return out
