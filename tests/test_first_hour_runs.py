@@ -232,3 +232,19 @@ def test_study_plots_have_titles_and_the_compounding_its_reference_lines():
             assert levels == pytest.approx([1.0, 2**0.5])
         if key == "validation/accuracy":
             assert ax.get_ylim() == (0.0, 1.0)
+
+
+def test_more_seeds_of_a_copied_recipe_name_its_file(tmp_path, monkeypatch, capsys):
+    """A run of a copy (`recipes cp ... my-fp8.yaml`, trained from its folder) is named after
+    the file, which is no recipe name: the hint names the file, and it trains as pasted."""
+    from nemo_fp8_rl.analysis.more_seeds import more_seeds_commands
+    from nemo_fp8_rl.cli import recipes, train
+    from nemo_fp8_rl.config.commands import command
+
+    monkeypatch.chdir(tmp_path)
+    assert invoke(recipes.main, ["cp", "tiny/grpo-tiny-qwen3-cpu-fp8", "my-fp8.yaml"]) == 0
+    first, *_ = more_seeds_commands(["my-fp8"])
+    assert "--recipe my-fp8.yaml --seeds 1-3" in first
+    assert invoke(train.main, [*first.removeprefix(command("train")).split(), "--dry-run"]) == 0
+    assert "seed-1" in capsys.readouterr().out
+    assert "<the recipe file of gone>" in more_seeds_commands(["gone"])[0]

@@ -1,7 +1,7 @@
 """The commands that add seeds to a comparison of single runs, ready to paste.
 
 Each recipe is trained over more seeds in a new folder (a single-seed run's own folder cannot
-also hold `seed-<k>` runs), on the engine its run was trained on: a run of NeMo RL's loop on CPU
+also hold `seed-<k>` runs), from its recipe (`recipe_ref`), on the engine its run was trained on: a run of NeMo RL's loop on CPU
 (`environment.json` says `engine: nemo` on a CPU recipe) trains again with `--engine nemo` inside
 NeMo RL's environment (`scripts/nemo-rl-env.sh` with the NeMo RL tree the run used), so its
 seeds are never pooled with embedded-engine runs; a GPU run, inside NeMo RL's environment.
@@ -40,9 +40,24 @@ def _env_script() -> str:
         return str(script)
 
 
+def recipe_ref(name: str) -> str:
+    """What `--recipe` takes for the recipe a run is named after: its short name when the
+    project's recipes hold it, else `<name>.yaml` in this folder (a copy made with `recipes cp`
+    or an imported config, trained from here), else a placeholder that says what to put."""
+    from nemo_fp8_rl.config import RecipeError, resolve_ref
+
+    try:
+        resolve_ref(name)
+    except RecipeError:
+        local = Path(f"{name}.yaml")
+        return str(local) if local.is_file() else f"<the recipe file of {name}>"
+    return name
+
+
 def train_command(recipe: str, run: RunData | None, seeds: str) -> str:
     """The `train --seeds` line for `recipe`, on the engine `run` was trained on."""
-    args = f"--recipe {shlex.quote(recipe)} --seeds {seeds} --run-dir runs/{recipe}-seeds"
+    ref = shlex.quote(recipe_ref(recipe))
+    args = f"--recipe {ref} --seeds {seeds} --run-dir runs/{recipe}-seeds"
     engine, tree = run_engine(run) if run is not None else ("local", None)
     if engine != "nemo":
         return f"{command('train')} {args}"
