@@ -20,6 +20,7 @@ then be committed before any low-precision run starts.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -41,6 +42,9 @@ def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
         print("refused: the surge threshold is not fixed yet (run the BF16 arm, then `threshold "
               "--write` and commit the endpoints file)", file=sys.stderr)  # fmt: skip
         return 2
+    # On a shared machine Ray's memory monitor kills the study's small actors (~0.5 GB each)
+    # for other processes' memory; the kernel's OOM killer still guards the machine.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     by_recipe = grid.plan(recipes, seeds, out)
     specs = sorted(by_recipe, key=lambda s: (seeds.index(s.seed), recipes.index(s.recipe)))
     for spec in specs:
