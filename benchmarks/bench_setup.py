@@ -9,8 +9,9 @@ two commands exactly as README gives them: `uv run nemo_fp8_rl.train --recipe
 recipes/tiny/grpo-tiny-qwen3-cpu-fp8.yaml` (which first creates `.venv` from `uv.lock`), then
 `uv run pytest`. For each it records the wall time and the 1-minute load average sampled every
 5 s while it ran (mean and maximum), and for the whole the size of `.venv` (`du -sk`), of its
-CUDA-only part (`nvidia/` and `triton/` under site-packages), whether uv's package cache grew
-(a download) and pytest's summary line. `--label` names the condition (quiet or loaded: the load
+CUDA-only part (`nvidia/` and `triton/` under site-packages), whether uv downloaded anything
+while creating it (its own output says; the growth of uv's shared cache is recorded too, but
+other work on the machine moves it) and pytest's summary line. `--label` names the condition (quiet or loaded: the load
 comes from whatever else the machine runs, and the JSON records it). `table` renders every saved
 measurement as the README block; `tests/test_docs_generated.py` regenerates it and compares.
 """
@@ -86,6 +87,15 @@ def run_command(clone: Path, argv: list[str], log: Path) -> dict:
     }
 
 
+def uv_report(log: str) -> dict:
+    """What uv said while creating `.venv` (the first command's first lines): whether it
+    downloaded anything, and its "Installed N packages in T" line."""
+    lines = [x.strip() for x in log.splitlines()]
+    installed = next((x for x in lines if x.startswith("Installed ") and " packages in " in x), "")
+    return {"downloaded": any(x.startswith(("Downloading", "Downloaded")) for x in lines),
+            "uv_installed": installed}  # fmt: skip
+
+
 def measure(clone: Path, label: str) -> dict:
     """Both Setup commands on the fresh clone `clone` (refused if it already has a `.venv`)."""
     if (clone / ".venv").exists():
@@ -100,6 +110,7 @@ def measure(clone: Path, label: str) -> dict:
     for name, argv in COMMANDS:
         record[name] = run_command(clone, argv, logs / f"{label}-{name}.log")
         print(f"{name}: {record[name]}", flush=True)
+    record.update(uv_report((logs / f"{label}-train.log").read_text(errors="replace")))
     venv = clone / ".venv"
     site = next(venv.glob("lib/python*/site-packages"), venv)
     record["venv_kib"] = _kib(venv)
@@ -140,7 +151,9 @@ def table(saved: list[Path]) -> str:
         "",
     ]
     for r in records:
-        download = "no download" if r["uv_cache_grew_kib"] < 10_240 else "with a download"
+        download = "with a download" if r.get("downloaded") else "no download"
+        if r.get("uv_installed"):
+            download += f"; uv: {r['uv_installed']}"
         lines.append(
             f"- {r['label']} (1-minute load average {r['train']['load_mean']:.1f} and "
             f"{r['pytest']['load_mean']:.1f} on average, at most {max(r['train']['load_max'], r['pytest']['load_max']):.1f}; "
