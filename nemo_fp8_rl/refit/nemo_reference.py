@@ -108,6 +108,8 @@ def load_nemo_rl_fp8(src: str | Path) -> types.ModuleType:
         raise FileNotFoundError(
             f"{path} does not exist: point the source at a NeMo RL tree (the folder with nemo_rl/)"
         )
+    with contextlib.suppress(ImportError):
+        import transformers  # noqa: F401  (before the stand-ins: it probes for accelerate)
     stand_ins = _stand_in_modules(src)
     saved = {name: sys.modules.get(name) for name in stand_ins}
     sys.modules.update(stand_ins)

@@ -78,6 +78,20 @@ def check_recipe(recipe: Recipe) -> list[str]:
     return problems
 
 
+def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
+    """MXFP8 rollout settings the NeMo RL in use would not run as written (`mx_support`)."""
+    from nemo_fp8_rl.engines.nemo.mx_support import mx_problems
+
+    if info.location is None:
+        return
+    problems = mx_problems(recipe.config, Path(info.location).parent)
+    if problems:
+        raise EngineConfigError(
+            f"{recipe.name} cannot run on {info.describe()}:\n"
+            + "\n".join(f"  - {p.line_text()}" for p in problems)
+        )
+
+
 def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
     """Precision settings this machine's GPU cannot run (none when no GPU is visible here:
     a Slurm driver may sit on a node without one, and NeMo RL's workers check again)."""
@@ -359,6 +373,7 @@ def run(
 
             cluster.set_environment()
         info = compat.require_supported()
+        _refuse_mx_problems(recipe, info)
         run_dir = prepare_run_dir(recipe, resume, overwrite)
         write_environment(run_dir, info)
         export_package_path(run_dir)

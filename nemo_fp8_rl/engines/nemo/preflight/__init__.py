@@ -212,9 +212,20 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
             r.engine_errors += vllm_findings(r.llm_kwargs, gen["vllm_cfg"], tree)
             hf = model_config(policy["model_name"])
             r.engine_errors += refit_findings(recipe.config, r.llm_kwargs, hf, tree)
+            r.engine_errors += _mx_findings(recipe.config, tree, hf)
     if policy.get("megatron_cfg", {}).get("enabled"):
         r.megatron_imported = rehearse_megatron_worker(not_run)
     return r
+
+
+def _mx_findings(config: dict[str, Any], tree: Path, hf: dict[str, Any]) -> list[LocatedError]:
+    """`mx_support`'s refusals (is_mx unread by this NeMo RL; an MXFP8 MoE backend), located."""
+    from nemo_fp8_rl.engines.nemo.mx_support import mx_problems, num_experts
+
+    return [
+        LocatedError(p.key, p.file, p.line, p.what, p.fix)
+        for p in mx_problems(config, tree, num_experts(hf))
+    ]
 
 
 MEGATRON_FILES = (
