@@ -212,19 +212,24 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
             r.engine_errors += vllm_findings(r.llm_kwargs, gen["vllm_cfg"], tree)
             hf = model_config(policy["model_name"])
             r.engine_errors += refit_findings(recipe.config, r.llm_kwargs, hf, tree)
-            r.engine_errors += _mx_findings(recipe.config, tree, hf)
     if policy.get("megatron_cfg", {}).get("enabled"):
         r.megatron_imported = rehearse_megatron_worker(not_run)
     return r
 
 
-def _mx_findings(config: dict[str, Any], tree: Path, hf: dict[str, Any]) -> list[LocatedError]:
-    """`mx_support`'s refusals (is_mx unread by this NeMo RL; an MXFP8 MoE backend), located."""
+def _mx_findings(config: dict[str, Any], tree: Path) -> list[LocatedError]:
+    """`mx_support`'s refusals (is_mx unread by this NeMo RL; an MXFP8 MoE backend), located;
+    the engine refuses them before it starts, so they come first."""
     from nemo_fp8_rl.engines.nemo.mx_support import mx_problems, num_experts
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import NoLocalCopy, model_config
 
+    try:
+        experts: int | None = num_experts(model_config(config["policy"]["model_name"]))
+    except NoLocalCopy:
+        experts = None
     return [
         LocatedError(p.key, p.file, p.line, p.what, p.fix)
-        for p in mx_problems(config, tree, num_experts(hf))
+        for p in mx_problems(config, tree, experts)
     ]
 
 
@@ -322,7 +327,8 @@ def _preflight(recipe: Recipe) -> PreflightResult:
         defaults = exemplar_keys(tree)
     except FileNotFoundError:
         defaults = {}  # an installed NeMo RL without examples/: fixes name no default value
-    config, errors, not_run, result = copy.deepcopy(recipe.config), [], [], None
+    config, not_run, result = copy.deepcopy(recipe.config), [], None
+    errors = _mx_findings(config, tree)
     rounds = 0
     with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-preflight-") as tmp:
         for rounds in range(1, MAX_ROUNDS + 1):
