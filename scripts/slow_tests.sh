@@ -3,7 +3,10 @@
 # slow`: multi-step tiny runs, SIGKILL-then-resume, train -> eval -> compare, launches under load,
 # the Slurm job array) and the NeMo RL contract suite's (NeMo RL's loop on CPU for 10 steps, a
 # killed generation worker then --resume, a refused refit, asynchronous GRPO) against one NeMo RL
-# source tree (default: main, unpacked from ../shared/vendor). Start a local Slurm first
+# source tree (default: main, unpacked from ../shared/vendor). SLOW_REAL_VLLM=1 runs the contract
+# suite's slow tests in the environment with vLLM's CPU build at that tree's vLLM pin, with
+# generation on NeMo RL's own vLLM worker (NEMO_FP8_RL_CPU_GENERATION=vllm; opt-in while NeMo
+# RL's refit into vLLM's CPU build fails, cpu/vllm_choice.py). Start a local Slurm first
 # (`bash scripts/local-slurm.sh up`) for the job-array test, as CI does.
 #
 #   bash scripts/slow_tests.sh [/path/to/nemo-rl]
@@ -23,7 +26,12 @@ echo "== slow tests (default environment)"
 uv run pytest -m slow || status=1
 if [[ -n "$src" ]]; then
     echo "== slow contract tests (NeMo RL tree: $src)"
-    bash scripts/nemo-rl-contract.sh "$src" -m slow || status=1
+    if [[ "${SLOW_REAL_VLLM:-0}" == "1" ]]; then
+        NEMO_FP8_RL_CPU_GENERATION=vllm bash scripts/nemo-rl-contract.sh --vllm "$src" -m slow \
+            || status=1
+    else
+        bash scripts/nemo-rl-contract.sh "$src" -m slow || status=1
+    fi
 else
     echo "slow contract tests skipped: no NeMo RL tree given and none in ../shared/vendor" >&2
 fi

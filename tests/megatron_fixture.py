@@ -77,63 +77,18 @@ def cpu_megatron() -> Iterator[None]:
 
 
 def build_megatron_gpt(dims: TinyGPT, seed: int = 0) -> torch.nn.Module:
-    """A megatron-core GPTModel (local spec, RMSNorm, SwiGLU, RoPE, GQA) in FP32 on CPU.
+    """A megatron-core GPTModel (local spec, RMSNorm, SwiGLU, RoPE, GQA) in FP32 on CPU, built
+    from `hf_config(dims)` by the CPU policy worker's builder (`cpu.megatron_model`).
 
     Must be called inside `cpu_megatron()`. Weights are random but not the init defaults: norms
     get random gains so that a mapping mistake on them changes the logits.
     """
-    from megatron.core.models.gpt import GPTModel
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.transformer import TransformerConfig
+    from nemo_fp8_rl.engines.nemo.cpu import megatron_model
 
-    moe = dims.arch == "qwen3_moe"
-    config = TransformerConfig(
-        num_layers=dims.num_layers,
-        hidden_size=dims.hidden_size,
-        num_attention_heads=dims.num_attention_heads,
-        num_query_groups=dims.num_query_groups,
-        kv_channels=dims.kv_channels,
-        ffn_hidden_size=dims.ffn_hidden_size,
-        normalization="RMSNorm",
-        layernorm_epsilon=dims.norm_eps,
-        gated_linear_unit=True,
-        activation_func=torch.nn.functional.silu,
-        add_bias_linear=False,
-        add_qkv_bias=False,
-        qk_layernorm=dims.arch != "llama",
-        hidden_dropout=0.0,
-        attention_dropout=0.0,
-        use_cpu_initialization=True,
-        bias_activation_fusion=False,
-        bias_dropout_fusion=False,
-        masked_softmax_fusion=False,
-        persist_layer_norm=False,
-        apply_rope_fusion=False,
-        gradient_accumulation_fusion=False,
-        init_method_std=0.05,
-        num_moe_experts=dims.num_experts if moe else None,
-        moe_router_topk=dims.moe_topk,
-        moe_ffn_hidden_size=dims.moe_ffn_hidden_size if moe else None,
-        moe_router_pre_softmax=False,
-        moe_router_load_balancing_type="none",
-        moe_token_dispatcher_type="allgather",
-        moe_aux_loss_coeff=0.0,
-    )
-    spec = get_gpt_layer_local_spec(
-        num_experts=dims.num_experts if moe else None,
-        qk_layernorm=dims.arch != "llama",
-        normalization="RMSNorm",
-    )
+    hf = hf_config(dims)
+    config = megatron_model.transformer_config(hf, init_method_std=0.05)
     torch.manual_seed(seed)
-    model = GPTModel(
-        config=config,
-        transformer_layer_spec=spec,
-        vocab_size=dims.vocab_size,
-        max_sequence_length=dims.max_position_embeddings,
-        position_embedding_type="rope",
-        rotary_base=dims.rotary_base,
-        share_embeddings_and_output_weights=False,
-    )
+    model = megatron_model.build_gpt(hf, config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("layernorm.weight"):

@@ -40,7 +40,7 @@ MAINS = {
 
 
 def _nemo_rl_importable() -> bool:
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     return available()[0]
 

@@ -120,7 +120,7 @@ def test_second_train_in_a_locked_run_dir_is_refused(tmp_path, monkeypatch, caps
 def test_nemo_engine_takes_the_same_run_dir_lock(tmp_path, monkeypatch) -> None:
     """The NeMo RL engine refuses a run dir another process trains in, before it looks for NeMo
     RL or writes anything, and leaves the lock free when it stops."""
-    from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.driver import runner
 
     run_dir = tmp_path / "gpu-run"
     recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", run_dir=run_dir)

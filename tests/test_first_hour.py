@@ -25,7 +25,7 @@ T = "tiny/grpo-tiny-qwen3-cpu-fp8"
 
 
 def _nemo_rl_usable() -> bool:
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     return available()[0]
 

@@ -6,7 +6,7 @@ import pytest
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.hardware import gpu_precision_issues
-from nemo_fp8_rl.engines.nemo.runner import check_recipe
+from nemo_fp8_rl.engines.nemo.driver.runner import check_recipe
 
 H100, B200, A100 = (9, 0), (10, 0), (8, 0)
 BASE = "paper-fp8-rl/qwen3-8b-base/grpo-qwen3-8b-base-1n8g-8k-bf16"

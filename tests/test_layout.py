@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ast
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,3 +78,25 @@ def test_private_import_check_finds_one(tmp_path: Path) -> None:
     copy.write_text(text)
     hits = [h for h in private_imports(copy, tmp_path) if h.endswith("report._run_lines")]
     assert len(hits) == 1
+
+
+# What a Ray worker imports without NeMo RL (the loss it unpickles, the shadow controls, the
+# trainer-side refit, the vLLM-side checks), and what it must not load with them.
+WORKER_SIDE = ("loss", "observations", "shadow_controls", "trainer_refit", "vllm_refit")
+DRIVER_ONLY = (
+    "nemo_fp8_rl.engines.nemo.driver",
+    "nemo_fp8_rl.engines.nemo.preflight",
+    "nemo_fp8_rl.engines.nemo.cpu",
+    "nemo_fp8_rl.runs",
+)
+
+
+def test_worker_side_loads_nothing_of_the_driver_when_imported() -> None:
+    """import-linter checks the worker side's own imports; this checks what importing it loads,
+    parent packages' `__init__` included (a Ray worker runs those too)."""
+    modules = ", ".join(f"nemo_fp8_rl.engines.nemo.worker.{m}" for m in WORKER_SIDE)
+    code = f"import sys, {modules}; print(chr(10).join(sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    loaded = out.stdout.split()
+    assert f"nemo_fp8_rl.engines.nemo.worker.{WORKER_SIDE[0]}" in loaded
+    assert [m for m in loaded if m.startswith(DRIVER_ONLY)] == []

@@ -17,9 +17,9 @@ import os
 import pytest
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.async_loop import training_loop
-from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy
+from nemo_fp8_rl.engines.nemo.driver.async_loop import training_loop
+from nemo_fp8_rl.engines.nemo.driver.shadow import ShadowPolicy
+from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
 
 SRC = os.environ.get("NEMO_RL_SRC")
 pytestmark = [

@@ -8,8 +8,8 @@ import dataclasses
 import pytest
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo import runner
-from nemo_fp8_rl.engines.nemo.async_loop import async_problems, is_async
+from nemo_fp8_rl.engines.nemo.driver import runner
+from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems, is_async
 
 ASYNC = "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-2n8g-async-1off-fp8"
 

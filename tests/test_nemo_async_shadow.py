@@ -17,9 +17,9 @@ import torch
 from test_nemo_fakes import FakeNemoPolicy, make_batch
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.observations import ShadowObservations
-from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy
+from nemo_fp8_rl.engines.nemo.driver.shadow import ShadowPolicy
+from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
+from nemo_fp8_rl.engines.nemo.worker.observations import ShadowObservations
 
 torch.set_num_threads(1)
 GBS = 8

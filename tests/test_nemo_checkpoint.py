@@ -9,7 +9,7 @@ import torch
 
 from nemo_fp8_rl.calibration import Calibrator
 from nemo_fp8_rl.config.project import CalibrationConfig
-from nemo_fp8_rl.engines.nemo.checkpoint import (
+from nemo_fp8_rl.engines.nemo.driver.checkpoint import (
     CALIBRATOR_FILE,
     load_calibrator_state,
     save_calibrator_state,

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from nemo_fp8_rl.analysis.rundata import read_jsonl
-from nemo_fp8_rl.engines.nemo import compat
-from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee, flatten_metrics
+from nemo_fp8_rl.engines.nemo.driver import compat
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee, flatten_metrics
 
 NO_NEMO_RL = importlib.util.find_spec("nemo_rl") is None
 

@@ -20,11 +20,15 @@ import pytest
 import torch
 
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
-from nemo_fp8_rl.engines.nemo import compat
-from nemo_fp8_rl.engines.nemo.handoff import HandoffError, to_nemo_config, validate_with_nemo_rl
-from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV, NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY
-from nemo_fp8_rl.engines.nemo.runner import WORKER_FQN
+from nemo_fp8_rl.engines.nemo.driver import compat
+from nemo_fp8_rl.engines.nemo.driver.handoff import (
+    HandoffError,
+    to_nemo_config,
+    validate_with_nemo_rl,
+)
+from nemo_fp8_rl.engines.nemo.driver.runner import WORKER_FQN
+from nemo_fp8_rl.engines.nemo.worker.loss import BF16_CURR, BF16_PREV, NemoCalibratedLoss
+from nemo_fp8_rl.engines.nemo.worker.observations import PAYLOAD_KEY
 
 SRC = os.environ.get("NEMO_RL_SRC")
 
@@ -303,7 +307,7 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
         read_event_file,
         read_jsonl,
     )
-    from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
+    from nemo_fp8_rl.engines.nemo.driver.metrics_log import LOAD_AVERAGE, MetricsTee
 
     cfg = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8").config["logger"]
     cfg = {**cfg, "log_dir": str(tmp_path / "logs"), "wandb_enabled": False}
@@ -319,6 +323,8 @@ def test_metrics_tee_around_nemo_rl_logger_matches_its_tensorboard_events(tmp_pa
             writer.flush()
     jsonl, _ = read_jsonl(tmp_path / "metrics.jsonl")
     events = merge_rows(read_event_file(p)[0] for p in find_event_files(tmp_path / "logs"))
+    # the machine's load with each train line: the project's own measurement, not NeMo RL's metric
+    assert all(row.pop(LOAD_AVERAGE) >= 0 for row in jsonl.values())
     assert jsonl[1] == {
         "train/loss": 0.25,
         "train/calib_low": 0.78,
@@ -335,8 +341,8 @@ def test_calibrator_state_survives_nemo_rl_checkpoint_manager(tmp_path) -> None:
     from nemo_rl.utils.checkpoint import CheckpointManager
     from test_nemo_fakes import FakeNemoPolicy, make_batch
 
-    from nemo_fp8_rl.engines.nemo import runner
-    from nemo_fp8_rl.engines.nemo.shadow import ShadowPolicy
+    from nemo_fp8_rl.engines.nemo.driver import runner
+    from nemo_fp8_rl.engines.nemo.driver.shadow import ShadowPolicy
 
     overrides = ["loss_fn.calibration.min_tokens=8", "loss_fn.calibration.max_step_low=0.2"]
     recipe = load_recipe("tiny/grpo-tiny-qwen3-cpu-fp8", overrides, run_dir=tmp_path / "run")

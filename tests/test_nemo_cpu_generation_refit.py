@@ -65,7 +65,7 @@ def test_generator_side_refit_over_zmq_changes_the_served_weights(
 def test_trainer_side_refit_loads_the_fp8_pairs_as_sent(
     nemo: Any, checkpoint: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nemo_fp8_rl.engines.nemo.trainer_refit import (
+    from nemo_fp8_rl.engines.nemo.worker.trainer_refit import (
         plan_layout,
         quantized_stream,
         rules_for_worker,

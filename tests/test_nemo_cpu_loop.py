@@ -99,6 +99,11 @@ def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) ->
     assert "gpus_per_node: 1" in handed and "nemo-inputs/model" in handed
     env = json.loads((five_steps / "environment.json").read_text())
     assert env["engine"] == "nemo"
+    seconds = env["seconds"]
+    for stage in ("handoff", "ray_start", "tokenizer_and_data", "setup_and_training", "total"):
+        assert seconds[stage] >= 0, seconds
+    for k, row in steps.items():
+        assert row["system/load_average_1min"] >= 0, f"step {k}: no load average"
 
 
 def test_calibration_runs_every_two_steps_and_its_state_is_checkpointed(five_steps: Path) -> None:
@@ -158,12 +163,33 @@ def ten_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return run_dir
 
 
+def calibrations(run_dir: Path) -> tuple[list[int], list[int], list[int]]:
+    """The calibration steps of a run (rows carrying `train/calib_skipped`), and of those the
+    ones that moved the clip bounds and the ones counted as skipped (too few tokens)."""
+    import yaml
+
+    loss = yaml.safe_load((run_dir / "nemo_rl_config.yaml").read_text())["loss_fn"]
+    steps = train_rows(run_dir)
+    bounds = {0: (1.0 - loss["ratio_clip_min"], 1.0 + loss["ratio_clip_max"])}
+    for k in sorted(steps):
+        bounds[k] = (steps[k]["train/calib_low"], steps[k]["train/calib_high"])
+    calibrated = sorted(k for k, row in steps.items() if "train/calib_skipped" in row)
+    moved = [k for k in calibrated if bounds[k] != bounds[max(j for j in bounds if j < k)]]
+    skipped = [k for k in calibrated if steps[k]["train/calib_skipped"] == 1.0]
+    return calibrated, moved, skipped
+
+
 @pytest.mark.slow
 def test_ten_steps_calibrate_five_times(ten_steps: Path) -> None:
+    """Calibration every 2 steps from step 1: five calibrations, each of which either moved the
+    bounds or was counted as skipped (never both, never neither), and at least one moved."""
     steps = train_rows(ten_steps)
     assert sorted(steps) == list(range(1, 11))
-    calibrated = [k for k, row in steps.items() if "train/calib_low" in row]
-    assert len(calibrated) >= 5, calibrated
+    calibrated, moved, skipped = calibrations(ten_steps)
+    named = f"calibrated {calibrated}, moved the bounds {moved}, skipped {skipped}"
+    assert calibrated == [1, 3, 5, 7, 9], named
+    assert sorted(moved + skipped) == calibrated, named
+    assert moved, named
 
 
 @pytest.mark.slow
@@ -181,7 +207,7 @@ def test_killed_generation_worker_is_located_and_resume_matches_the_uninterrupte
         step5 = run_dir / "checkpoints" / "step_5"
         wait_for(step5 / "training_info.json", proc)
         kept = snapshot(step5)
-        pids = actor_pids(tag, "CpuGenerationWorker")
+        pids = actor_pids(tag, "GenerationWorker")  # the real-vLLM worker or the stand-in
         assert pids, "no generation actor found"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
@@ -237,6 +263,21 @@ def test_a_refit_whose_metadata_disagrees_with_the_model_is_refused_on_the_runni
     error = [line for line in proc.stderr.splitlines() if line.startswith("error:")][-1]
     assert "prepare_refit_info" in error and "down_proj" in error, error
     assert sorted(train_rows(run_dir)) == [1, 2]
+
+
+@pytest.mark.slow
+def test_trainer_quantized_refit_runs_the_loop(tmp_path: Path) -> None:
+    """`refit.quantize_on: trainer`: the policy worker sends FP8 pairs, the generation worker's
+    extension loads them as sent (its metadata check first); four steps with calibration."""
+    run_dir = tmp_path / "run"
+    proc = train(run_dir, "refit.quantize_on=trainer", "grpo.max_num_steps=4",
+                 "checkpointing.save_period=4")  # fmt: skip
+    ok(proc)
+    assert "TrainerFp8" in proc.stdout or "TrainerFp8" in proc.stderr
+    steps = train_rows(run_dir)
+    assert sorted(steps) == [1, 2, 3, 4]
+    assert all(row["train/loss"] == row["train/loss"] for row in steps.values())  # finite
+    assert "quantize_on: trainer" in (run_dir / "nemo_rl_config.yaml").read_text()
 
 
 @pytest.mark.slow

@@ -26,7 +26,7 @@ import pytest
 import torch
 from megatron_fixture import TinyGPT, build_megatron_gpt, cpu_megatron, megatron_logits
 
-from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch, transformer_configs
+from nemo_fp8_rl.engines.nemo.worker.fp8_switch import Fp8ComputeSwitch, transformer_configs
 
 torch.set_num_threads(1)
 

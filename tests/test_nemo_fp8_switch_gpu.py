@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from nemo_fp8_rl.calibration.diagnostics import prob_nmae
-from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
+from nemo_fp8_rl.engines.nemo.worker.fp8_switch import Fp8ComputeSwitch
 
 
 def _missing() -> str | None:

@@ -9,8 +9,9 @@ import pytest
 import yaml
 
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
-from nemo_fp8_rl.engines.nemo import runner, to_nemo_config
-from nemo_fp8_rl.engines.nemo.handoff import HANDOFF_FILE, write_handoff
+from nemo_fp8_rl.engines.nemo import to_nemo_config
+from nemo_fp8_rl.engines.nemo.driver import runner
+from nemo_fp8_rl.engines.nemo.driver.handoff import HANDOFF_FILE, write_handoff
 
 RECIPES = find_recipes()
 PROJECT_KEYS = ("local", "refit", "slurm")
@@ -105,7 +106,7 @@ def test_hand_set_output_paths_are_used_and_never_removed(tmp_path) -> None:
 
 
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:
-    from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
+    from nemo_fp8_rl.engines.nemo.driver.checkpoint import save_calibrator_state
 
     recipe = load_recipe(
         "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",

@@ -15,8 +15,13 @@ import torch
 from nemo_fp8_rl.calibration import Calibrator
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.project import CalibrationConfig
-from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV, NemoCalibratedLoss, shadow_view
-from nemo_fp8_rl.engines.nemo.observations import (
+from nemo_fp8_rl.engines.nemo.worker.loss import (
+    BF16_CURR,
+    BF16_PREV,
+    NemoCalibratedLoss,
+    shadow_view,
+)
+from nemo_fp8_rl.engines.nemo.worker.observations import (
     PAYLOAD_KEY,
     ObservationRecorder,
     ShadowObservations,

@@ -18,7 +18,7 @@ import pytest
 from test_nemo_contract import _skip_reason
 
 from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
-from nemo_fp8_rl.engines.nemo.handoff import LEFT_OUT, to_nemo_config
+from nemo_fp8_rl.engines.nemo.driver.handoff import LEFT_OUT, to_nemo_config
 
 pytestmark = [
     pytest.mark.nemo_rl,

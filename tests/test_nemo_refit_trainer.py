@@ -74,7 +74,7 @@ def nemo() -> Any:
         from nemo_rl.models.policy import utils as policy_utils
         from nemo_rl.utils import packed_tensor
 
-        from nemo_fp8_rl.engines.nemo import vllm_extension
+        from nemo_fp8_rl.engines.nemo.worker import vllm_extension
 
         yield types.SimpleNamespace(
             fp8=fp8,
@@ -99,7 +99,11 @@ def trainer_plan(
 ) -> tuple[Any, dict]:
     """The worker's metadata step (as `QuantizeOnTrainer.prepare_refit_info` runs it): the
     layout, and `{name: (shape, dtype)}` as planned."""
-    from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
+    from nemo_fp8_rl.engines.nemo.worker.trainer_refit import (
+        plan_layout,
+        rules_for_worker,
+        shape_only,
+    )
 
     worker_cfg = {"generation": {"vllm_cfg": {**cfg, "pow2_weight_scaling_factors": pow2}}}
     layout, entries = plan_layout(export, rules_for_worker(worker_cfg, LAYERS))
@@ -110,7 +114,7 @@ def trainer_stream(
     export: list[tuple[str, torch.Tensor]], pow2: bool = False, cfg: dict = VLLM_CFG
 ) -> list[tuple[str, torch.Tensor]]:
     """The worker's refit stream: the export with the FP8 weights quantized."""
-    from nemo_fp8_rl.engines.nemo.trainer_refit import quantized_stream
+    from nemo_fp8_rl.engines.nemo.worker.trainer_refit import quantized_stream
 
     return list(quantized_stream(export, trainer_plan(export, pow2, cfg)[0]))
 
@@ -244,7 +248,7 @@ def payload_variants(stream: list[tuple[str, torch.Tensor]]) -> dict[str, list]:
     ],
 )
 def test_mismatched_payload_leaves_the_model_untouched(nemo: Any, case: str) -> None:
-    from nemo_fp8_rl.engines.nemo.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
 
     bad = payload_variants(trainer_stream(bf16_export()))[case]
     model = nemo.stand_in.RecordingModel(FP8_LAYERS)
@@ -256,7 +260,7 @@ def test_mismatched_payload_leaves_the_model_untouched(nemo: Any, case: str) -> 
 
 
 def test_chunk_that_differs_from_the_metadata_is_refused_before_loading(nemo: Any) -> None:
-    from nemo_fp8_rl.engines.nemo.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
 
     stream = trainer_stream(bf16_export())
     model = nemo.stand_in.RecordingModel(FP8_LAYERS)
@@ -270,7 +274,7 @@ def test_chunk_that_differs_from_the_metadata_is_refused_before_loading(nemo: An
 
 
 def test_bf16_vllm_refuses_the_fp8_metadata(nemo: Any) -> None:
-    from nemo_fp8_rl.engines.nemo.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
 
     stream = trainer_stream(bf16_export())
     ext = extension(nemo, nemo.stand_in.RecordingModel(FP8_LAYERS))

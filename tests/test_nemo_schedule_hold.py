@@ -6,7 +6,7 @@ import pytest
 import torch
 from megatron.core.optimizer_param_scheduler import OptimizerParamScheduler
 
-from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
+from nemo_fp8_rl.engines.nemo.worker.schedule_hold import ScheduleHold
 
 
 def _scheduler() -> OptimizerParamScheduler:

@@ -14,14 +14,14 @@ import torch
 from test_nemo_fakes import FakeNemoPolicy, make_batch
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.checkpoint import CALIBRATOR_FILE
-from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY
-from nemo_fp8_rl.engines.nemo.shadow import (
+from nemo_fp8_rl.engines.nemo.driver.checkpoint import CALIBRATOR_FILE
+from nemo_fp8_rl.engines.nemo.driver.shadow import (
     ShadowPolicy,
     merge_train_results,
     minibatch_bounds,
 )
+from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
+from nemo_fp8_rl.engines.nemo.worker.observations import PAYLOAD_KEY
 
 torch.set_num_threads(1)
 GBS = 8

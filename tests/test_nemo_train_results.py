@@ -14,7 +14,7 @@ import pytest
 import torch
 from test_nemo_contract import _skip_reason
 
-from nemo_fp8_rl.engines.nemo.train_results import merge_train_results, micro_batches
+from nemo_fp8_rl.engines.nemo.driver.train_results import merge_train_results, micro_batches
 
 GBS, MBS, DP = 8, 2, 2
 

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from test_nemo_contract import _skip_reason
 
-from nemo_fp8_rl.engines.nemo import runner, worker_env
-from nemo_fp8_rl.engines.nemo.worker_env import MEGATRON_WORKER_FQN, WORKER_FQN
+from nemo_fp8_rl.engines.nemo.driver import runner, worker_env
+from nemo_fp8_rl.engines.nemo.driver.worker_env import MEGATRON_WORKER_FQN, WORKER_FQN
 
 REPO = Path(__file__).resolve().parents[1]
 skip_without_nemo_rl = pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason()))
@@ -110,11 +110,17 @@ def test_wheel_install_exports_only_the_package(wheel_venv, tmp_path) -> None:
         check=True,
     ).stdout.strip()
     installed = Path(site) / "nemo_fp8_rl"
-    assert (installed / "engines" / "nemo" / "worker_env.py").is_file()
+    assert (installed / "engines" / "nemo" / "driver" / "worker_env.py").is_file()
     run_dir = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": "/somewhere"}
     out = subprocess.run(
-        [str(python), "-c", _EXPORT, str(installed / "engines/nemo/worker_env.py"), str(run_dir)],
+        [
+            str(python),
+            "-c",
+            _EXPORT,
+            str(installed / "engines/nemo/driver/worker_env.py"),
+            str(run_dir),
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -259,7 +265,7 @@ def test_system_executable_is_used_as_is(local_ray, monkeypatch) -> None:
 
 
 def test_worker_env_imports_only_the_standard_library() -> None:
-    spec = importlib.util.find_spec("nemo_fp8_rl.engines.nemo.worker_env")
+    spec = importlib.util.find_spec("nemo_fp8_rl.engines.nemo.driver.worker_env")
     source = Path(spec.origin).read_text()
     tops = {
         line.split()[1].split(".")[0]

@@ -9,21 +9,21 @@ import pytest
 import torch
 
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.engines.nemo import refit_workers
-from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
-from nemo_fp8_rl.engines.nemo.vllm_refit import (
-    RefitPayloadError,
-    check_chunk,
-    check_refit_info,
-    scale_shape,
-)
-from nemo_fp8_rl.engines.nemo.worker_env import (
+from nemo_fp8_rl.engines.nemo.driver import refit_workers
+from nemo_fp8_rl.engines.nemo.driver.worker_env import (
     ASYNC_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     TRAINER_FP8_WORKER_FQN,
     VLLM_ASYNC_WORKER_FQN,
     VLLM_WORKER_FQN,
     WORKER_FQN,
+)
+from nemo_fp8_rl.engines.nemo.worker.trainer_refit import QuantizeOnTrainer
+from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
+    RefitPayloadError,
+    check_chunk,
+    check_refit_info,
+    scale_shape,
 )
 
 FP8, F32, BF16 = torch.float8_e4m3fn, torch.float32, torch.bfloat16
@@ -64,6 +64,22 @@ def test_generation_worker_resolver(monkeypatch: pytest.MonkeyPatch) -> None:
     ]
     with pytest.raises(refit_workers.GenerationWorkerError, match="quantize_on: generator"):
         resolve("nemo_rl.modelopt.VllmQuantGenerationWorker", {})
+
+
+def test_generator_path_gets_the_checked_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`refit.quantize_on: generator`: NeMo RL's vLLM workers become the project's checked ones
+    (the metadata check before any weight moves); a worker NeMo RL chose otherwise is kept."""
+    registered = []
+    monkeypatch.setattr(refit_workers, "register_worker", lambda *a: registered.append(a) or "py")
+    resolve = refit_workers.resolver(lambda default, cfg: default, "generator")
+    assert resolve(VLLM_WORKER_FQN, {}) == refit_workers.CHECKED_GENERATION_WORKER_FQN
+    assert resolve(VLLM_ASYNC_WORKER_FQN, {}) == refit_workers.CHECKED_ASYNC_GENERATION_WORKER_FQN
+    assert [fqn for fqn, _ in registered] == [
+        refit_workers.CHECKED_GENERATION_WORKER_FQN,
+        refit_workers.CHECKED_ASYNC_GENERATION_WORKER_FQN,
+    ]
+    modelopt = "nemo_rl.modelopt.VllmQuantGenerationWorker"
+    assert resolve(modelopt, {}) == modelopt
 
 
 def test_scale_grid() -> None:

@@ -102,8 +102,8 @@ def test_cache_key_follows_every_warmup_setting():
 
 
 def test_cache_key_follows_the_numerics_and_the_shipped_key_does_not():
-    """A computed warm-up is cached per thread count (and CPU kernels, PyTorch version); a
-    shipped one is found by its configuration alone, whatever the machine."""
+    """A computed warm-up is cached per thread count (and CPU kernels); a shipped one is found
+    by its configuration alone, whatever the machine."""
     local, vocab = _local(steps=3), build_tokenizer().get_vocab()
     one = cache_key(local, 1, vocab)
     torch.set_num_threads(2)
@@ -112,6 +112,48 @@ def test_cache_key_follows_the_numerics_and_the_shipped_key_does_not():
         assert config_key(local, 1, vocab) == config_key(_local(steps=3), 1, vocab)
     finally:
         torch.set_num_threads(1)
+
+
+def test_cache_key_holds_no_torch_version(monkeypatch):
+    """The project's environment and NeMo RL's (another torch) share one cached warm-up."""
+    local, vocab = _local(steps=3), build_tokenizer().get_vocab()
+    one = cache_key(local, 1, vocab)
+    monkeypatch.setattr(torch, "__version__", "0.0.1+other")
+    assert cache_key(local, 1, vocab) == one
+
+
+def test_the_key_holds_only_the_task_settings_the_warmup_reads():
+    """The GRPO validation size and training seed do not change the warm-up; digits do."""
+    vocab = build_tokenizer().get_vocab()
+    base = config_key(_local(steps=3), 1, vocab)
+    for task in ({"num_validation": 64}, {"train_seed": 9}):
+        local = LocalConfig(**{**_SMALL, "task": {**_SMALL["task"], **task}},
+                            warmup={"batch_size": 64, "lr": 3e-3, "steps": 3})  # fmt: skip
+        assert config_key(local, 1, vocab) == base, task
+    two = LocalConfig(model={"num_layers": 1}, task={"digits": 2},
+                      warmup={"batch_size": 64, "lr": 3e-3, "steps": 3})  # fmt: skip
+    assert config_key(two, 1, vocab) != base
+
+
+@pytest.mark.parametrize(
+    "recipe",
+    sorted(
+        str(p.relative_to(Path(__file__).parents[1] / "recipes").with_suffix(""))
+        for folder in ("tiny", "tiny-nemo")
+        for p in (Path(__file__).parents[1] / "recipes" / folder).glob("*.yaml")
+    ),
+)
+def test_every_tiny_recipe_starts_from_a_shipped_warmup(recipe, monkeypatch):
+    """No tiny recipe trains its warm-up on first use (it took ~25 min of a first tiny-nemo run)."""
+    from nemo_fp8_rl.config import load_recipe
+    from nemo_fp8_rl.engines.local import warmup_store
+
+    monkeypatch.delenv("NEMO_FP8_RL_WARMUPS")
+    config = load_recipe(recipe).config
+    local = LocalConfig(**config["local"])
+    vocab = build_tokenizer().get_vocab()
+    _, source = warmup_store.lookup(local, config["grpo"]["seed"], vocab)
+    assert source == "shipped", recipe
 
 
 def test_a_shipped_warmup_is_used_instead_of_training(tmp_path, monkeypatch):

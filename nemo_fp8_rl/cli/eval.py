@@ -130,7 +130,7 @@ def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Pa
         f"writing {run_dir / 'eval' / (suite.name + '.json')}"
     )
     if request.engine == "nemo":
-        from nemo_fp8_rl.engines.nemo.compat import available
+        from nemo_fp8_rl.engines.nemo.driver.compat import available
 
         usable, why = available()
         if not usable:

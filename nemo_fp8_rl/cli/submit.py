@@ -181,7 +181,7 @@ def preflight_gate(recipe, skip: bool) -> int | None:
     if skip:
         print("preflight skipped (--no-preflight): the launch was not rehearsed", file=sys.stderr)
         return None
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     ok, why = available()
     if not ok:

@@ -10,7 +10,10 @@ with every problem located if it fails); see `engines/nemo/preflight/`.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import signal
+import sys
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
@@ -102,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         if recipe.config["cluster"]["gpus_per_node"] == 0:  # NeMo RL's loop on this CPU
             from nemo_fp8_rl.engines import tiny_handover
 
-            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(recipe, run_dir)
+            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(
+                recipe, run_dir, resume=args.resume
+            )
     previous = raise_on_sigterm()  # `kill` ends the run as Ctrl-C does (exit 130), cleanly
     try:
         run_dir = run(recipe, **kwargs)
@@ -155,7 +160,28 @@ def preflight(recipe) -> int:
     return 0
 
 
-entry = run_main(main)
+def trains(argv: list[str]) -> bool:
+    """Whether `argv` trains one run (not --dry-run, --preflight, --seeds, --help or a usage
+    error, which `main` reports itself); parsed silently."""
+    quiet = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+            args = _parser().parse_intermixed_args(argv)
+    except SystemExit:
+        return False
+    return not (args.dry_run or args.preflight or args.seeds is not None)
+
+
+def entry() -> None:
+    """The console script: a training run goes through `runs.ray_exit.supervise` (Ray ending
+    the process while it registers with its raylet is located and retried); the rest, and the
+    supervised child itself, run `main` in this process."""
+    from nemo_fp8_rl.runs import ray_exit
+
+    argv = sys.argv[1:]
+    if not ray_exit.is_child() and trains(argv):
+        sys.exit(ray_exit.supervise([sys.executable, "-m", "nemo_fp8_rl.cli.train", *argv]))
+    run_main(main)()
 
 if __name__ == "__main__":
     entry()

@@ -2,7 +2,7 @@
 
 A NeMo RL config (`examples/configs/grpo_math_1B.yaml`, a recipe under
 `examples/configs/recipes/llm/`, or the user's own) is composed with NeMo RL's `defaults:`
-semantics (the project's loader implements them), `${oc.env:VAR[,default]}` is read from the
+semantics (`nemo_defaults.compose`), `${oc.env:VAR[,default]}` is read from the
 environment as OmegaConf does, and the other interpolations are resolved. The result is laid over
 the project's base config, which fills the keys NeMo RL's file leaves out and the project's own
 sections (`local`, `refit`, `slurm`, `loss_fn.calibration`) with their defaults. `--fp8` lays an
@@ -26,15 +26,9 @@ import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import resolve_all
-from nemo_fp8_rl.config.loader import (
-    MAX_CHAIN_DEPTH,
-    leaf_sources,
-    load_chain,
-    merge,
-    parent_list,
-    read_yaml,
-)
-from nemo_fp8_rl.config.locations import base_config_path, configs_dir, resolve_parent
+from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
+from nemo_fp8_rl.config.locations import base_config_path, configs_dir
+from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
 
@@ -73,7 +67,7 @@ def is_nemo_rl_config(path: Path) -> bool:
 def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it."""
     path = Path(path).resolve()
-    config, prov = _compose(path)
+    config, prov = compose(path)
     if "grpo" not in config:
         issue = ConfigIssue(
             "grpo",
@@ -89,32 +83,6 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
     if issues:
         raise RecipeError(str(path), issues)
     return resolved, prov
-
-
-def _compose(path: Path, seen: tuple[Path, ...] = ()) -> tuple[dict, dict[str, str]]:
-    """`path` over its `defaults:` parents with NeMo RL's `load_config_with_inheritance` rule:
-    `_override_: true` replaces a top-level section; deeper, NeMo RL ignores it (the section
-    merges), so the marker is dropped there."""
-    if path in seen or len(seen) >= MAX_CHAIN_DEPTH:
-        issue = ConfigIssue("defaults", "cycle or too deep a defaults chain", "fix it", str(path))
-        raise RecipeError(str(path), [issue])
-    data = read_yaml(path)
-    merged: dict = {}
-    prov: dict[str, str] = {}
-    for parent in parent_list(data.pop("defaults", None), path):
-        pdata, pprov = _compose(resolve_parent(parent, path).resolve(), (*seen, path))
-        merged, prov = merge(merged, prov, pdata, pprov)
-    for key, value in data.items():
-        if isinstance(value, dict):
-            data[key] = _drop_nested_markers(value, top=True)
-    return merge(merged, prov, data, leaf_sources(data, str(path)))
-
-
-def _drop_nested_markers(node: dict, top: bool = False) -> dict:
-    out = {k: _drop_nested_markers(v) if isinstance(v, dict) else v for k, v in node.items()}
-    if not top:
-        out.pop("_override_", None)
-    return out
 
 
 def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssue]) -> Any:
@@ -152,11 +120,13 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
     if refusals:
         raise RecipeError(str(path), refusals)
-    derived = {key: _pop(nemo, key) for key in DERIVED if key not in PATH_KEYS and _has(nemo, key)}
+    derived = {
+        key: _pop(nemo, key) for key in DERIVED if key not in PATH_KEYS and has_key(nemo, key)
+    }
     changed = _translate(nemo)
     base, base_prov = _base()
     for key, value in ABSENT_IN_NEMO_RL.items():
-        if not _has(nemo, key):
+        if not has_key(nemo, key):
             _set(base, key, value)
     config, prov = merge(base, base_prov, nemo, nemo_prov)
     filled = sorted(k for k, src in prov.items() if src == "base")
@@ -205,15 +175,6 @@ def _set(tree: dict, dotted: str, value: Any) -> None:
     for part in parents:
         tree = tree.setdefault(part, {})
     tree[last] = value
-
-
-def _has(tree: dict, dotted: str) -> bool:
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def _pop(tree: dict, dotted: str) -> Any:
@@ -280,7 +241,7 @@ def to_recipe_text(imported: Imported) -> str:
     ]
     for key, value in imported.derived.items():
         head.append(f"# NeMo RL's {key} was {value!r}: here it derives from the run (--run-dir).")
-    kept = [k for k in PATH_KEYS if _has(imported.config, k)]
+    kept = [k for k in PATH_KEYS if has_key(imported.config, k)]
     if kept:
         head.append(
             f"# {' and '.join(kept)} are NeMo RL's, kept: the NeMo RL engine writes there (the "

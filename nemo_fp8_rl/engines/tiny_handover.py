@@ -23,6 +23,7 @@ import torch
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UserError
 
 INPUTS = "nemo-inputs"
 CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
@@ -55,9 +56,39 @@ def train_prompts(grpo: dict[str, Any]) -> int:
     return grpo["num_prompts_per_step"] * steps
 
 
-def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
+class ResumeDataError(UserError):
+    """A resume would train on another prompt file than the run's checkpoints were made with."""
+
+
+def _lines(path: Path) -> int | None:
+    """Lines of a JSONL file (None when it does not exist)."""
+    return len(path.read_text().splitlines()) if path.exists() else None
+
+
+def check_resume_data(train: Path, count: int, grpo: dict[str, Any]) -> None:
+    """Refuse a resume whose training prompt file would change size: NeMo RL restores the
+    dataloader's position from the checkpoint, and over a file of another size that position
+    names other prompts (the file is drawn from one seed, so its size alone changes it)."""
+    held = _lines(train)
+    if held is None or held == count:
+        return
+    per_step = grpo["num_prompts_per_step"]
+    raise ResumeDataError(
+        f"{train} (grpo.max_num_steps)",
+        f"the run was started with {held} training prompts ({held // per_step} steps of "
+        f"{per_step}); resuming with grpo.max_num_steps={grpo['max_num_steps']} would rewrite it "
+        f"with {count}, and the checkpoint's dataloader position would then point into "
+        "other prompts",
+        f"resume with the settings the run started with (grpo.max_num_steps="
+        f"{held // per_step} or the override you gave then), or start a new run with "
+        "--run-dir or --overwrite",
+    )
+
+
+def prepare(recipe: Recipe, run_dir: Path, resume: bool = False) -> dict[str, str]:
     """Write the warm-started model and the data files; returns their paths (`model`, `train`,
-    `validation`) and the warm-up's source (`warmup`: shipped, cache or computed)."""
+    `validation`) and the warm-up's source (`warmup`: shipped, cache or computed). A `resume`
+    whose training prompt file would change size is refused first (`check_resume_data`)."""
     from nemo_fp8_rl.config.project import LocalConfig
     from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
     from nemo_fp8_rl.engines.local.task import validation_problems
@@ -69,6 +100,9 @@ def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
     local = LocalConfig(**cfg["local"])
     seed = cfg["grpo"]["seed"]
     folder = run_dir / INPUTS
+    count = max(train_prompts(cfg["grpo"]), 64)
+    if resume:
+        check_resume_data(folder / "train.jsonl", count, cfg["grpo"])
     folder.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer()
     tokenizer.chat_template = CHAT_TEMPLATE
@@ -77,7 +111,7 @@ def prepare(recipe: Recipe, run_dir: Path) -> dict[str, str]:
     model_dir = folder / "model"
     save_checkpoint(model, tokenizer, model_dir)
     train = folder / "train.jsonl"
-    _write_jsonl(train, *_train_problems(local, max(train_prompts(cfg["grpo"]), 64)))
+    _write_jsonl(train, *_train_problems(local, count))
     val = validation_problems(local.task)
     validation = folder / "validation.jsonl"
     _write_jsonl(validation, val.prompts, val.answers)

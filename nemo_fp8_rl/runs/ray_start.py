@@ -57,9 +57,18 @@ PROBE_S = 10.0
 # caller's priority (Ray's default niceness 15 lets any other job starve the actors), and the
 # start-up waits that have a setting raised for a busy machine: the GCS port (default 30 s), the
 # core worker's wait for its raylet (60 s), a worker's registration with the raylet (60 s; the
-# actors' workers import torch).
+# actors' workers import torch), and the GCS's health check of the raylet (default: 5 missed
+# checks of 10 s; measured at load 25-37 on 2 cores: the node was marked dead mid-setup, the raylet
+# exited and NeMo RL's placement groups then found no GPU) raised to 60 misses of 30 s; and the
+# raylet's wait for its runtime-env agent (`agent_register_timeout_ms`, 30 s: measured at load
+# 36-60, the agent, a Python process importing Ray, was not listening yet, the raylet exited and
+# the training process's registration with it failed, "Failed to register worker to Raylet")
+# raised to 300 s.
 RAY_SETTINGS = {
     "RAY_worker_niceness": "0",
+    "RAY_agent_register_timeout_ms": "300000",
+    "RAY_health_check_failure_threshold": "60",
+    "RAY_health_check_timeout_ms": "30000",
     "RAY_gcs_server_port_wait_time_s": "120",
     "RAY_raylet_start_wait_time_s": "240",
     "RAY_worker_register_timeout_seconds": "300",

@@ -188,3 +188,21 @@ def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return [path]
+
+
+BEGIN, END = "<!-- dose-tables:begin -->", "<!-- dose-tables:end -->"
+PAGE = DOCS.parent / "dose.md"
+
+
+def write_docs(tables: str, page: Path = PAGE) -> None:
+    """Replace the generated block of docs/study/dose.md with `tables`."""
+    import re
+
+    from nemo_fp8_rl.config.safe_files import write_atomic
+
+    text = page.read_text(encoding="utf-8")
+    pattern = re.escape(BEGIN) + r"\n.*?" + re.escape(END)
+    new, count = re.subn(pattern, lambda _: f"{BEGIN}\n{tables}\n{END}", text, flags=re.DOTALL)
+    if count != 1:
+        raise ValueError(f"{page}: expected one {BEGIN} ... {END} block")
+    write_atomic(page, new)

@@ -8,12 +8,19 @@ stores keep that from moving results:
 
 - **shipped** (`data/warmup/<config key>/` in the repository, or `$NEMO_FP8_RL_WARMUPS`):
   starting policies committed with the project, keyed by the configuration only
-  (`config_key`: model, task, warm-up settings, seed, vocabulary). When one exists it is used
-  on every machine, so the starting policy is the same bytes everywhere.
+  (`config_key`: model, the task settings the warm-up reads (`WARMUP_TASK_FIELDS`), warm-up
+  settings, seed, vocabulary). When one exists it is used on every machine, so the starting
+  policy is the same bytes everywhere. Task settings the warm-up never reads (the GRPO
+  validation split's size, the GRPO training stream's seed) are not in the key: recipes that
+  differ only there share one warm-up.
 - **cache** (`$NEMO_FP8_RL_CACHE/warmup` or `~/.cache/nemo_fp8_rl/warmup`, `<cache key>/`):
-  warm-ups computed here, keyed by the configuration *and* the numerics that change the result
-  (`numerics()`: PyTorch version, CPU instruction set, thread count, machine architecture), so
+  warm-ups computed here, keyed by the configuration *and* the machine numerics that change
+  the result (`key_numerics()`: CPU instruction set, thread count, machine architecture), so
   a cache built on one machine or with one thread count is never mistaken for another's.
+  PyTorch's version is recorded (`numerics()`, in `meta.json`) but not in the key: the project's
+  environment and NeMo RL's (another torch) then share a warm-up instead of training it twice.
+  That is as safe as the shipped store, which serves the same bytes under every torch: a
+  cached warm-up is a warm-up of this configuration, and the run records what built it.
 
 Each entry is `model.safetensors` (the untied FP32 state) and `meta.json` (steps, held-out
 accuracy checks, final loss, and the numerics it was built with).
@@ -34,7 +41,9 @@ from safetensors.torch import save_file
 
 from nemo_fp8_rl.config.project import LocalConfig
 
-KEY_VERSION = 2
+KEY_VERSION = 3
+# the task settings the warm-up reads (`warmup.train_warmup`, `warmup.warmup_eval_problems`)
+WARMUP_TASK_FIELDS = ("name", "digits", "validation_seed")
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -59,6 +68,11 @@ def numerics() -> dict[str, Any]:
     }
 
 
+def key_numerics() -> dict[str, Any]:
+    """The part of `numerics()` in the cache key (module docstring: torch's version is not)."""
+    return {k: v for k, v in numerics().items() if k != "torch"}
+
+
 def _digest(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -69,7 +83,7 @@ def config_key(local: LocalConfig, seed: int, vocab: dict[str, int]) -> str:
         {
             "version": KEY_VERSION,
             "model": local.model.model_dump(),
-            "task": local.task.model_dump(),
+            "task": {k: getattr(local.task, k) for k in WARMUP_TASK_FIELDS},
             "warmup": local.warmup.model_dump(),
             "seed": seed,
             "vocab": sorted(vocab.items()),
@@ -78,8 +92,8 @@ def config_key(local: LocalConfig, seed: int, vocab: dict[str, int]) -> str:
 
 
 def cache_key(local: LocalConfig, seed: int, vocab: dict[str, int]) -> str:
-    """Hash of the configuration and this process's `numerics()` (the cache's key)."""
-    return _digest({"config": config_key(local, seed, vocab), "numerics": numerics()})
+    """Hash of the configuration and this process's `key_numerics()` (the cache's key)."""
+    return _digest({"config": config_key(local, seed, vocab), "numerics": key_numerics()})
 
 
 def lookup(local: LocalConfig, seed: int, vocab: dict[str, int]) -> tuple[Path, str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtension
 
-from nemo_fp8_rl.engines.nemo.vllm_extension import TrainerFp8WorkerExtension
+from nemo_fp8_rl.engines.nemo.worker.vllm_extension import TrainerFp8WorkerExtension
 
 
 class _CpuDevice:

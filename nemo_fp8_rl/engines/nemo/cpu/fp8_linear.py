@@ -106,7 +106,7 @@ def install(model: torch.nn.Module, policy_cfg: dict[str, Any], bf16: bool) -> i
 def set_fp8_config(model: torch.nn.Module, policy_cfg: dict[str, Any]) -> None:
     """Put `fp8_cfg`'s `fp8` / `fp8_recipe` / `fp8_param` on the model's `TransformerConfig`s
     (after construction: megatron-core refuses `fp8` at construction without Transformer Engine)."""
-    from nemo_fp8_rl.engines.nemo.fp8_switch import transformer_configs
+    from nemo_fp8_rl.engines.nemo.worker.fp8_switch import transformer_configs
 
     fp8 = policy_cfg["megatron_cfg"].get("fp8_cfg") or {}
     for cfg in transformer_configs(model):

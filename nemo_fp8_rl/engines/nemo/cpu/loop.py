@@ -11,12 +11,25 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
   path over gloo (`collective`) and served by the async CPU worker (`async_generation_worker`);
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
   `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
-* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`).
+* the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`):
+  generation on NeMo RL's own vLLM worker over vLLM's CPU build where it can run, else on the
+  stand-in (`vllm_choice` decides and says why);
+* with real vLLM, `policy.generation.vllm_cfg.enforce_eager: true`: vLLM's torch.compile of the
+  model graph (inductor, C++ code generation) takes minutes on 2 cores and changes no value
+  a CUDA graph would not; and in block FP8, the fused layers whose parts are not whole 128-row
+  blocks kept in BF16 (`vllm_cfg.quantization_ignored_layer_kws`, `fp8_block_fit`: the tiny
+  model's q/k/v projections), which vLLM cannot load from NeMo RL's refit otherwise.
+
+`CpuLoop` gives the runner these answers through the driver's platform seam
+(`driver.platform.Platform`), so the runner's GPU path is the only one it spells out.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 PACKAGE = "nemo_fp8_rl.engines.nemo.cpu"
@@ -27,6 +40,11 @@ GENERATION_WORKERS = [
     f"{PACKAGE}.generation_worker.CpuTrainerFp8GenerationWorker",
     f"{PACKAGE}.async_generation_worker.CpuAsyncGenerationWorker",
     f"{PACKAGE}.async_generation_worker.CpuTrainerFp8AsyncGenerationWorker",
+    *(
+        f"{PACKAGE}.vllm_worker.CpuVllm{trainer}{kind}GenerationWorker"
+        for trainer in ("", "TrainerFp8")
+        for kind in ("", "Async")
+    ),
 ]
 # NeMo RL's own actors of asynchronous GRPO, run in this interpreter like the workers (their
 # registry entry otherwise builds a `uv` environment from NeMo RL's checkout)
@@ -48,14 +66,17 @@ def logical_gpus(config: dict[str, Any]) -> int:
     return LOGICAL_GPUS if colocated(config) else LOGICAL_GPUS + 1
 
 
-def is_cpu_recipe(config: dict[str, Any]) -> bool:
-    """A recipe for one CPU machine (`cluster.gpus_per_node: 0`)."""
-    return config["cluster"]["gpus_per_node"] == 0
-
-
-def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]:
-    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`)."""
+def cpu_config(
+    config: dict[str, Any], inputs: dict[str, str], real_vllm: bool = False
+) -> dict[str, Any]:
+    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`;
+    `real_vllm`: generation on real vLLM, `vllm_choice`)."""
     out = copy.deepcopy(config)
+    if real_vllm:
+        vllm_cfg = out["policy"]["generation"]["vllm_cfg"]
+        vllm_cfg["enforce_eager"] = True
+        if vllm_cfg.get("precision") == "fp8":
+            _keep_misfits_in_bf16(vllm_cfg, inputs["model"])
     out["cluster"]["gpus_per_node"] = logical_gpus(config)
     out["cluster"]["num_nodes"] = 1
     policy = out["policy"]
@@ -68,6 +89,30 @@ def cpu_config(config: dict[str, Any], inputs: dict[str, str]) -> dict[str, Any]
         "data_path": inputs["validation"],
     }
     return out
+
+
+def _keep_misfits_in_bf16(vllm_cfg: dict[str, Any], model_dir: str) -> None:
+    """Add the model's fused parts that are not whole FP8 blocks to the BF16 keywords, said."""
+    from nemo_fp8_rl.engines.nemo.cpu.fp8_block_fit import model_misfits
+
+    kws = list(vllm_cfg.get("quantization_ignored_layer_kws") or [])
+    added = [kw for kw in model_misfits(model_dir) if kw not in kws]
+    if added:
+        vllm_cfg["quantization_ignored_layer_kws"] = kws + added
+        print(
+            f"generation: {', '.join(added)} served in BF16 (not whole 128-row FP8 blocks; "
+            "vLLM cannot load them from NeMo RL's block-FP8 refit)",
+            flush=True,
+        )
+
+
+def generation_choice(config: dict[str, Any]) -> Any:
+    """Real vLLM or the stand-in for this recipe here (`vllm_choice.choose`), said in one line."""
+    from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import choose
+
+    choice = choose(config)
+    print(f"generation: {choice.reason}", flush=True)
+    return choice
 
 
 def policy_worker(quantize_on: str) -> str:
@@ -107,21 +152,70 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
     return problems
 
 
-def policy_factory(quantize_on: str) -> Any:
-    """`grpo.setup(policy_factory=...)`: NeMo RL's `Policy` with the CPU policy worker."""
-    from nemo_rl.models.policy.lm_policy import Policy
+class CpuLoop:
+    """NeMo RL's loop on this CPU machine, as the runner's platform (`driver.platform`).
 
-    fqn = policy_worker(quantize_on)
+    `inputs(run_dir)` writes the model and data the run trains on (`engines.tiny_handover`)
+    and returns their paths (`cpu_config`); it is called once the run directory is set up.
+    """
 
-    def make_policy(*args: Any, **kwargs: Any) -> Any:
-        print(f"policy worker: {fqn} (CPU, megatron-core)", flush=True)
-        return Policy(*args, worker_extension_cls_fqn=fqn, **kwargs)
+    def __init__(self, inputs: Callable[[Path], dict[str, str]] | None) -> None:
+        self.inputs = inputs
+        self.real_vllm = False  # decided with the hand-off (`generation_choice`)
 
-    return make_policy
+    def problems(self, config: dict[str, Any]) -> list[str]:
+        """What stops the recipe on the CPU loop (`check_cpu_recipe`)."""
+        return check_cpu_recipe(config)
 
+    def missing_inputs(self) -> list[str]:
+        """The model and data the CPU loop trains on, when the caller gave no way to write them."""
+        if self.inputs is None:
+            return ["a CPU recipe on NeMo RL's loop needs its model and data (cpu_inputs)"]
+        return []
 
-def generation_worker(quantize_on: str) -> Any:
-    """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker."""
-    from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
+    def set_environment(self) -> None:
+        """`cluster.set_environment` (before NeMo RL is imported)."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
 
-    return cpu_generation_worker(quantize_on)
+        cluster.set_environment()
+
+    def handoff(self, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+        """The hand-off with the CPU loop's values and the inputs written into `run_dir`."""
+        if self.inputs is None:
+            raise ValueError("the CPU loop needs its model and data (cpu_inputs)")
+        self.real_vllm = generation_choice(config).real_vllm
+        return cpu_config(config, self.inputs(run_dir), self.real_vllm)
+
+    def start_ray(self, config: dict[str, Any]) -> None:
+        """A local Ray with the recipe's logical GPUs and the CPU workers registered."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+        cluster.register_workers(WORKERS)
+        resources = cluster.start_ray(logical_gpus(config))
+        print(f"Ray on CPU with {resources.get('GPU', 0):.0f} logical GPU(s)", flush=True)
+
+    def stop_ray(self) -> None:
+        """Stop the run's local Ray (`cluster.stop_ray`)."""
+        from nemo_fp8_rl.engines.nemo.cpu import cluster
+
+        cluster.stop_ray()
+
+    def policy_factory(self, calibrated: bool, quantize_on: str) -> Any:
+        """`grpo.setup(policy_factory=...)`: NeMo RL's `Policy` with the CPU policy worker
+        (which has the shadow controls whether or not the recipe calibrates)."""
+        from nemo_rl.models.policy.lm_policy import Policy
+
+        fqn = policy_worker(quantize_on)
+
+        def make_policy(*args: Any, **kwargs: Any) -> Any:
+            print(f"policy worker: {fqn} (CPU, megatron-core)", flush=True)
+            return Policy(*args, worker_extension_cls_fqn=fqn, **kwargs)
+
+        return make_policy
+
+    def generation_workers(self, quantize_on: str) -> contextlib.AbstractContextManager[Any]:
+        """While `grpo.setup` runs: `VllmGeneration` starts the CPU generation worker (real
+        vLLM or the stand-in, as `handoff` chose)."""
+        from nemo_fp8_rl.engines.nemo.cpu.worker_choice import cpu_generation_worker
+
+        return cpu_generation_worker(quantize_on, self.real_vllm)

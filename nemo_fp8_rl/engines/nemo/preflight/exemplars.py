@@ -9,6 +9,10 @@ policy, vLLM generation): `examples/configs/grpo_math_1B_megatron.yaml` (which i
 unless `handoff.LEFT_OUT` says why not; the value of `grpo_math_1B_megatron.yaml` (then
 `grpo_math_1B.yaml`) is what NeMo RL itself would use, so it is the fix a report suggests.
 
+The exemplars are composed by NeMo RL's loader, not the project's (`config.nemo_defaults`): they
+are the reference that composer is held to (tests/test_nemo_import.py), and the dotted keys of
+the result are walked with the composer's `leaves` and `has_key`.
+
 Needs a NeMo RL source tree (its `nemo_rl` importable, `examples/` next to it).
 """
 
@@ -18,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.handoff import left_out_reason
+from nemo_fp8_rl.config.nemo_defaults import has_key, leaves
+from nemo_fp8_rl.engines.nemo.driver.handoff import left_out_reason
 
 # In order of authority: the first file that has a key gives NeMo RL's default for it.
 BASE_EXEMPLARS = ("grpo_math_1B_megatron.yaml", "grpo_math_1B.yaml")
@@ -53,18 +58,6 @@ def load_exemplar(path: Path) -> dict[str, Any]:
     return OmegaConf.to_container(load_config(str(path)), resolve=True)
 
 
-def leaves(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Dotted leaf key -> value (an empty dict is a leaf; lists are values)."""
-    out: dict[str, Any] = {}
-    for key, value in tree.items():
-        dotted = f"{prefix}.{key}" if prefix else str(key)
-        if isinstance(value, dict) and value:
-            out.update(leaves(value, dotted))
-        else:
-            out[dotted] = value
-    return out
-
-
 def exemplar_keys(src: Path) -> dict[str, ExemplarKey]:
     """Every leaf key of every exemplar, with the most authoritative value for it."""
     keys: dict[str, ExemplarKey] = {}
@@ -73,16 +66,6 @@ def exemplar_keys(src: Path) -> dict[str, ExemplarKey]:
         for key, value in leaves(load_exemplar(path)).items():
             keys.setdefault(key, ExemplarKey(key, value, rel))
     return keys
-
-
-def has_key(tree: dict[str, Any], dotted: str) -> bool:
-    """Whether the nested dict `tree` holds the dotted key (any value, `null` included)."""
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def missing_from_handoff(

@@ -30,8 +30,12 @@ import torch
 
 from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
-from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
-from nemo_fp8_rl.engines.nemo.vllm_refit import GROUPED_SLABS, RefitPayloadError, check_refit_info
+from nemo_fp8_rl.engines.nemo.worker.trainer_refit import plan_layout, rules_for_worker, shape_only
+from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
+    GROUPED_SLABS,
+    RefitPayloadError,
+    check_refit_info,
+)
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 
 KEY = "refit.quantize_on"

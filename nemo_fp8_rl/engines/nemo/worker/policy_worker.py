@@ -17,16 +17,10 @@ import ray
 from nemo_rl.models.policy.utils import get_runtime_env_for_policy_worker
 from nemo_rl.models.policy.workers.megatron_policy_worker import MegatronPolicyWorkerImpl
 
-from nemo_fp8_rl.engines.nemo.shadow_controls import ShadowControls
-from nemo_fp8_rl.engines.nemo.trainer_refit import QuantizeOnTrainer
-from nemo_fp8_rl.engines.nemo.worker_env import TRAINER_FP8_WORKER_FQN, WORKER_FQN
+from nemo_fp8_rl.engines.nemo.worker.shadow_controls import ShadowControls
+from nemo_fp8_rl.engines.nemo.worker.trainer_refit import QuantizeOnTrainer
 
-__all__ = [
-    "TRAINER_FP8_WORKER_FQN",
-    "WORKER_FQN",
-    "ShadowMegatronPolicyWorker",
-    "TrainerFp8MegatronPolicyWorker",
-]
+__all__ = ["ShadowMegatronPolicyWorker", "TrainerFp8MegatronPolicyWorker"]
 RUNTIME_ENV = get_runtime_env_for_policy_worker("megatron_policy_worker")
 
 

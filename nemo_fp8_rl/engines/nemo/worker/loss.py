@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY, ObservationRecorder
+from nemo_fp8_rl.engines.nemo.worker.observations import PAYLOAD_KEY, ObservationRecorder
 from nemo_fp8_rl.loss import CalibratedClippedPGLoss
 
 BF16_PREV = "bf16_prev_logprobs"

@@ -5,17 +5,22 @@ MLflow with names `<prefix>/<key>` (`train/loss`, `timing/train/policy_training`
 project's run directory keeps the same names in `metrics.jsonl` (one JSON object per call:
 `{"step": k, "<prefix>/<key>": value, ...}`; several lines may share a step), so `compare`
 and `report` read a NeMo RL run like an embedded one. Only numeric scalars go to the file;
-everything still goes to NeMo RL's own backends unchanged.
+everything still goes to NeMo RL's own backends unchanged. Each step's `train/*` line also
+carries the machine's 1-minute load average (`system/load_average_1min`, as the embedded engine
+records it), so a step's time can be read against the load it ran under.
 """
 
 from __future__ import annotations
 
 import json
 import numbers
+import os
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.safe_files import open_append
+
+LOAD_AVERAGE = "system/load_average_1min"
 
 
 def _scalar(value: Any) -> float | None:
@@ -65,6 +70,8 @@ class MetricsTee:
         """NeMo RL's `log_metrics`, then the numeric scalars as one JSON line."""
         self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
         row = flatten_metrics(metrics, prefix)
+        if row and prefix == "train":
+            row[LOAD_AVERAGE] = os.getloadavg()[0]
         if row:
             with open_append(self.path) as fh:  # never through a link in the run dir
                 fh.write(json.dumps({"step": int(step), **row}) + "\n")

@@ -23,13 +23,23 @@ import os
 from pathlib import Path
 
 MEGATRON_WORKER_FQN = "nemo_rl.models.policy.workers.megatron_policy_worker.MegatronPolicyWorker"
-WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.ShadowMegatronPolicyWorker"
-TRAINER_FP8_WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.TrainerFp8MegatronPolicyWorker"
+WORKER_FQN = "nemo_fp8_rl.engines.nemo.worker.policy_worker.ShadowMegatronPolicyWorker"
+TRAINER_FP8_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.policy_worker.TrainerFp8MegatronPolicyWorker"
+)
 VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker"
-GENERATION_WORKER_FQN = "nemo_fp8_rl.engines.nemo.generation_worker.TrainerFp8VllmGenerationWorker"
+GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.TrainerFp8VllmGenerationWorker"
+)
 VLLM_ASYNC_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker_async.VllmAsyncGenerationWorker"
 ASYNC_GENERATION_WORKER_FQN = (
-    "nemo_fp8_rl.engines.nemo.generation_worker.TrainerFp8VllmAsyncGenerationWorker"
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.TrainerFp8VllmAsyncGenerationWorker"
+)
+CHECKED_GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.CheckedVllmGenerationWorker"
+)
+CHECKED_ASYNC_GENERATION_WORKER_FQN = (
+    "nemo_fp8_rl.engines.nemo.worker.generation_worker.CheckedVllmAsyncGenerationWorker"
 )
 PROJECT_NAME = "nemo-fp8-rl"
 PATH_DIR = "pythonpath"  # inside the run directory, for an installed package
@@ -75,7 +85,7 @@ def register_shadow_worker() -> str:
 
 def package_dir() -> Path:
     """The `nemo_fp8_rl` folder this module was imported from."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def is_source_checkout(package: Path) -> bool:

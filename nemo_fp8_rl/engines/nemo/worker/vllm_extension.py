@@ -1,6 +1,8 @@
-"""NeMo RL's vLLM worker extension with trainer-quantized FP8 refit (runs in vLLM's workers).
+"""NeMo RL's vLLM worker extensions of the project (run in vLLM's workers).
 
-`refit.quantize_on: trainer` only. vLLM mixes `worker_extension_cls` into each of its workers;
+`GeneratorCheckedWorkerExtension` (`refit.quantize_on: generator`): NeMo RL's extension with the
+refit metadata checked against the served model before it is stored (`generator_refit_check`).
+`TrainerFp8WorkerExtension` (`refit.quantize_on: trainer`), described below. vLLM mixes `worker_extension_cls` into each of its workers;
 `generation_worker.TrainerFp8VllmGenerationWorker` names this class there, as NeMo RL's own
 ModelOpt worker names its extension (`nemo_rl/modelopt/models/generation/vllm_quant_worker.py`).
 Two methods differ from NeMo RL's `VllmInternalWorkerExtension`:
@@ -28,7 +30,8 @@ import torch
 from nemo_rl.models.generation.vllm.quantization import fp8
 from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtension
 
-from nemo_fp8_rl.engines.nemo.vllm_refit import (
+from nemo_fp8_rl.engines.nemo.worker.generator_refit_check import GeneratorRefitCheck
+from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
     GROUPED_SLABS,
     RefitInfo,
     RefitPayloadError,
@@ -84,3 +87,8 @@ class TrainerFp8WorkerExtension(VllmInternalWorkerExtension):
         """NeMo RL's loading path with the FP8 step loading the pairs as sent."""
         with prequantized_loader(self.state_dict_info):
             super()._load_weights(weights)
+
+
+class GeneratorCheckedWorkerExtension(GeneratorRefitCheck, VllmInternalWorkerExtension):
+    """NeMo RL's extension (`refit.quantize_on: generator`) whose `prepare_refit_info` checks
+    the metadata against the served model first (`generator_refit_check`); nothing else differs."""

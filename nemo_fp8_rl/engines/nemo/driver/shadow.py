@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl.engines.nemo.checkpoint import save_calibrator_state
-from nemo_fp8_rl.engines.nemo.loss import BF16_CURR, BF16_PREV
-from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY, ShadowObservations
-from nemo_fp8_rl.engines.nemo.train_results import merge_train_results
+from nemo_fp8_rl.engines.nemo.driver.checkpoint import save_calibrator_state
+from nemo_fp8_rl.engines.nemo.driver.train_results import merge_train_results
+from nemo_fp8_rl.engines.nemo.worker.loss import BF16_CURR, BF16_PREV
+from nemo_fp8_rl.engines.nemo.worker.observations import PAYLOAD_KEY, ShadowObservations
 from nemo_fp8_rl.loss import derive_sign_fractions
 
 PrecisionSwitch = Callable[[bool], None]

@@ -1,7 +1,9 @@
 """Which NeMo RL workers the engine starts for `refit.quantize_on` (driver side).
 
-`generator` (default): NeMo RL's own workers, or the shadow worker when calibrating; NeMo RL's
-refit runs unchanged. `trainer`: both ends of the refit are the project's:
+`generator` (default): NeMo RL's own policy worker, or the shadow worker when calibrating;
+NeMo RL's refit runs unchanged, received by `generation_worker.CheckedVllmGenerationWorker`
+(NeMo RL's vLLM worker whose extension checks the refit metadata against the served model
+before storing it, `generator_refit_check`). `trainer`: both ends of the refit are the project's:
 
 * policy: `worker.TrainerFp8MegatronPolicyWorker` (the shadow worker whose refit stream carries
   FP8 pairs), passed to NeMo RL's `Policy` as `worker_extension_cls_fqn`;
@@ -22,8 +24,10 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from nemo_fp8_rl.engines.nemo.worker_env import (
+from nemo_fp8_rl.engines.nemo.driver.worker_env import (
     ASYNC_GENERATION_WORKER_FQN,
+    CHECKED_ASYNC_GENERATION_WORKER_FQN,
+    CHECKED_GENERATION_WORKER_FQN,
     GENERATION_WORKER_FQN,
     MEGATRON_WORKER_FQN,
     TRAINER_FP8_WORKER_FQN,
@@ -33,10 +37,14 @@ from nemo_fp8_rl.engines.nemo.worker_env import (
     register_worker,
 )
 
-# NeMo RL's vLLM worker -> the project's worker extending it (`refit.quantize_on: trainer`)
+# NeMo RL's vLLM worker -> the project's worker extending it, per `refit.quantize_on`
 REPLACED = {
     VLLM_WORKER_FQN: GENERATION_WORKER_FQN,
     VLLM_ASYNC_WORKER_FQN: ASYNC_GENERATION_WORKER_FQN,
+}
+CHECKED = {
+    VLLM_WORKER_FQN: CHECKED_GENERATION_WORKER_FQN,
+    VLLM_ASYNC_WORKER_FQN: CHECKED_ASYNC_GENERATION_WORKER_FQN,
 }
 
 
@@ -66,19 +74,23 @@ def make_policy_factory(fqn: str | None) -> Any:
     return make_policy
 
 
-def resolver(original: Any) -> Any:
+def resolver(original: Any, quantize_on: str = "trainer") -> Any:
     """`resolve_generation_worker_cls` answering the project's vLLM worker for NeMo RL's
-    synchronous or async one (`REPLACED`)."""
+    synchronous or async one (`REPLACED` for `trainer`, `CHECKED` for `generator`); with
+    `generator`, another worker NeMo RL chooses (ModelOpt's, ...) is kept as it is."""
+    replaced = REPLACED if quantize_on == "trainer" else CHECKED
 
     def resolve(default_cls: str, config: dict) -> str:
         chosen = original(default_cls, config)
-        if chosen not in REPLACED:
+        if chosen not in replaced and quantize_on != "trainer":
+            return chosen
+        if chosen not in replaced:
             raise GenerationWorkerError(
                 f"error: policy.generation: NeMo RL chose the vLLM worker {chosen}, which "
                 "refit.quantize_on: trainer cannot replace (it extends "
                 f"{' and '.join(REPLACED)} only). Fix: set refit.quantize_on: generator"
             )
-        project = REPLACED[chosen]
+        project = replaced[chosen]
         executable = register_worker(project, chosen)
         print(f"generation worker: {project} with the vLLM worker's Python {executable}")
         return project
@@ -88,14 +100,12 @@ def resolver(original: Any) -> Any:
 
 @contextlib.contextmanager
 def trainer_generation_worker(quantize_on: str) -> Iterator[None]:
-    """While `grpo.setup` runs: with `trainer`, `VllmGeneration` starts the project's worker."""
-    if quantize_on != "trainer":
-        yield
-        return
+    """While `grpo.setup` runs: `VllmGeneration` starts the project's worker (`trainer`: the
+    trainer-quantized FP8 refit; `generator`: NeMo RL's refit with the metadata checked)."""
     from nemo_rl.models.generation.vllm import vllm_generation
 
     original = vllm_generation.resolve_generation_worker_cls
-    vllm_generation.resolve_generation_worker_cls = resolver(original)
+    vllm_generation.resolve_generation_worker_cls = resolver(original, quantize_on)
     try:
         yield
     finally:

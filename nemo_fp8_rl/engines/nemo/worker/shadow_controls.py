@@ -9,8 +9,8 @@ both by mixing this class in; it needs `self.model` (its model chunks) and `self
 
 from __future__ import annotations
 
-from nemo_fp8_rl.engines.nemo.fp8_switch import Fp8ComputeSwitch
-from nemo_fp8_rl.engines.nemo.schedule_hold import ScheduleHold
+from nemo_fp8_rl.engines.nemo.worker.fp8_switch import Fp8ComputeSwitch
+from nemo_fp8_rl.engines.nemo.worker.schedule_hold import ScheduleHold
 
 
 class ShadowControls:

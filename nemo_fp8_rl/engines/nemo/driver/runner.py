@@ -12,7 +12,10 @@ four substitutions:
    calibrator state is restored from the checkpoint NeMo RL resumes from;
 4. the logger also writes `metrics.jsonl` into the run directory.
 
-Everything else (rollouts with vLLM, FP8 refit, checkpoints, validation) is NeMo RL's.
+Everything else (rollouts with vLLM, FP8 refit, checkpoints, validation) is NeMo RL's. Where the
+run is placed (a GPU cluster, or NeMo RL's loop on this CPU machine) is asked of one
+`platform.Platform` (`platform.platform_for`): its recipe checks, hand-off values, Ray start and
+stop, and the policy and generation workers.
 """
 
 from __future__ import annotations
@@ -20,26 +23,26 @@ from __future__ import annotations
 import contextlib
 import inspect
 import shutil
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
-from nemo_fp8_rl.engines.nemo import compat, worker_faults
-from nemo_fp8_rl.engines.nemo.async_loop import async_problems, training_loop
-from nemo_fp8_rl.engines.nemo.checkpoint import load_calibrator_state
-from nemo_fp8_rl.engines.nemo.cpu import loop as cpu_loop
-from nemo_fp8_rl.engines.nemo.handoff import to_nemo_config, validate_with_nemo_rl, write_handoff
-from nemo_fp8_rl.engines.nemo.loss import NemoCalibratedLoss
-from nemo_fp8_rl.engines.nemo.metrics_log import MetricsTee
-from nemo_fp8_rl.engines.nemo.refit_workers import (
-    make_policy_factory,
-    policy_worker_fqn,
-    trainer_generation_worker,
+from nemo_fp8_rl.engines.nemo.driver import compat, worker_faults
+from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems, training_loop
+from nemo_fp8_rl.engines.nemo.driver.checkpoint import load_calibrator_state
+from nemo_fp8_rl.engines.nemo.driver.handoff import (
+    to_nemo_config,
+    validate_with_nemo_rl,
+    write_handoff,
 )
-from nemo_fp8_rl.engines.nemo.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
-from nemo_fp8_rl.engines.nemo.worker_env import export_package_path
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee
+from nemo_fp8_rl.engines.nemo.driver.platform import CpuInputs, Platform, platform_for
+from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
+from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
+from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
 from nemo_fp8_rl.runs import lock, rundir
 
 
@@ -47,11 +50,11 @@ class EngineConfigError(ValueError):
     """The recipe asks for something this engine cannot run; the message says what to change."""
 
 
-def check_recipe(recipe: Recipe) -> list[str]:
-    """Problems that stop this engine before anything starts (empty list: runnable)."""
-    cfg, problems = recipe.config, []
-    if cfg["cluster"]["gpus_per_node"] < 1:
-        problems += cpu_loop.check_cpu_recipe(cfg)
+def check_recipe(recipe: Recipe, platform: Platform | None = None) -> list[str]:
+    """Problems that stop this engine before anything starts (empty list: runnable); the
+    platform's own first (default: the recipe's, `platform_for`)."""
+    cfg = recipe.config
+    problems = list((platform or platform_for(cfg)).problems(cfg))
     calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
     megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
     if calibrated and not megatron:
@@ -126,11 +129,17 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     return run_dir
 
 
-def write_environment(run_dir: Path, info: compat.NemoRLInfo) -> None:
-    """environment.json: versions, host, engine, and which NeMo RL ran."""
-    rundir.write_environment(
-        run_dir, "nemo", {"nemo_rl": info.version, "nemo_rl_location": info.location}
-    )
+def write_environment(
+    run_dir: Path, info: compat.NemoRLInfo, seconds: dict[str, float] | None = None
+) -> None:
+    """environment.json: versions, host, engine, which NeMo RL ran, and (once known) the seconds
+    of each stage of the run (`seconds`: the hand-off (on the CPU loop: the model and its
+    warm-up), Ray's start, tokenizer and data, NeMo RL's setup and training, total), as the
+    embedded engine records them."""
+    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    if seconds is not None:
+        extra["seconds"] = seconds
+    rundir.write_environment(run_dir, "nemo", extra)
 
 
 def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -144,21 +153,25 @@ class _Prepared:
     master_config: Any
     tokenizer: Any
     data: tuple[Any, Any, Any, Any]
+    seconds: dict[str, float]  # per stage (`write_environment`)
 
 
-def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _Prepared:
-    """MasterConfig, Ray, tokenizer, generation config and data, as `run_grpo.py` does (on
-    the CPU loop: the hand-off's CPU values, and Ray with logical GPUs, `cpu.cluster`)."""
+def _prepare_nemo(recipe: Recipe, platform: Platform) -> _Prepared:
+    """MasterConfig, Ray, tokenizer, generation config and data, as `run_grpo.py` does, with
+    the hand-off and the Ray cluster of `platform` (a changed hand-off is written to the run dir)."""
     from nemo_rl.algorithms.utils import get_tokenizer
     from nemo_rl.data.utils import setup_response_data
     from nemo_rl.models.generation import configure_generation_config
 
+    t0 = time.perf_counter()
     handed = to_nemo_config(recipe)
-    if cpu_inputs is not None:
-        handed = cpu_loop.cpu_config(handed, cpu_inputs)
-        write_handoff(recipe, Path(recipe.run_dir), handed)
-    config = validate_with_nemo_rl(handed)
-    _start_ray(recipe, cpu=cpu_inputs is not None)
+    placed = platform.handoff(handed, Path(recipe.run_dir))
+    if placed != handed:
+        write_handoff(recipe, Path(recipe.run_dir), placed)
+    config = validate_with_nemo_rl(placed)
+    t_handoff = time.perf_counter()
+    platform.start_ray(recipe.config)
+    t_ray = time.perf_counter()
     tokenizer = get_tokenizer(config.policy["tokenizer"])
     megatron_cfg = config.policy.get("megatron_cfg") or {}
     config.policy["generation"] = _call_with_supported(
@@ -169,7 +182,12 @@ def _prepare_nemo(recipe: Recipe, cpu_inputs: dict[str, str] | None = None) -> _
         trains_mtp=bool(megatron_cfg.get("mtp_num_layers")),
     )
     data = setup_response_data(tokenizer, config.data, config.env)
-    return _Prepared(config, tokenizer, data)
+    seconds = {
+        "handoff": t_handoff - t0,
+        "ray_start": t_ray - t_handoff,
+        "tokenizer_and_data": time.perf_counter() - t_ray,
+    }
+    return _Prepared(config, tokenizer, data, seconds)
 
 
 def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
@@ -188,25 +206,6 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
     shutil.rmtree(ckpt, ignore_errors=True)
     if not set_by_hand(recipe, "logger.log_dir"):
         shutil.rmtree(Path(recipe.config["logger"]["log_dir"]), ignore_errors=True)
-
-
-def _start_ray(recipe: Recipe, cpu: bool) -> None:
-    """NeMo RL's `init_ray`; on the CPU loop, a local Ray with logical GPUs instead."""
-    if not cpu:
-        from nemo_rl.distributed.virtual_cluster import init_ray
-
-        init_ray()
-        return
-    from nemo_fp8_rl.engines.nemo.cpu import cluster
-
-    cluster.register_workers(cpu_loop.WORKERS)
-    resources = cluster.start_ray(cpu_loop.logical_gpus(recipe.config))
-    print(f"Ray on CPU with {resources.get('GPU', 0):.0f} logical GPU(s)", flush=True)
-
-
-def _policy_factory(calibrated: bool, quantize_on: str = "generator") -> Any:
-    """NeMo RL's `Policy` with the project's Megatron worker where needed (`refit_workers`)."""
-    return make_policy_factory(policy_worker_fqn(calibrated=calibrated, quantize_on=quantize_on))
 
 
 def _total_steps(state: Any) -> int:
@@ -240,7 +239,7 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
     Without calibration the worker controls are never called (no calibration step), so the
     plain `MegatronPolicyWorker` is enough; the wrapper still adds the per-sign clip fractions.
     """
-    from nemo_fp8_rl.engines.nemo.shadow import (
+    from nemo_fp8_rl.engines.nemo.driver.shadow import (
         ShadowPolicy,
         worker_precision_switch,
         worker_schedule_hold,
@@ -273,28 +272,21 @@ def _located_faults(recipe: Recipe, run_dir: Path) -> Iterator[None]:
         raise fault from exc
 
 
-def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, cpu: bool = False) -> None:
-    """NeMo RL `setup`, the substitutions, then `grpo_train`; shuts generation down at the end."""
+def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platform) -> None:
+    """NeMo RL `setup` with `platform`'s workers, the substitutions, then `grpo_train`; shuts
+    generation down at the end."""
     from nemo_rl.algorithms import grpo
 
     calibrated = bool(recipe.config["loss_fn"].get("calibration", {}).get("enabled"))
     quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
-    if cpu:
-        factory, workers = (
-            cpu_loop.policy_factory(quantize_on),
-            cpu_loop.generation_worker(quantize_on),
-        )
-    else:
-        factory = _policy_factory(calibrated, quantize_on)
-        workers = trainer_generation_worker(quantize_on)
-    with workers, _located_faults(recipe, run_dir):
+    with platform.generation_workers(quantize_on), _located_faults(recipe, run_dir):
         setup = grpo.setup(
             prepared.master_config,
             prepared.tokenizer,
             dataset,
             val_dataset,
-            policy_factory=factory,
+            policy_factory=platform.policy_factory(calibrated, quantize_on),
         )
     (
         policy,
@@ -345,21 +337,19 @@ def run(
     resume: bool = False,
     progress: bool = True,
     overwrite: bool = False,
-    cpu_inputs: Callable[[Path], dict[str, str]] | None = None,
+    cpu_inputs: CpuInputs | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
 
-    A CPU recipe runs NeMo RL's loop on this machine (`cpu`): `cpu_inputs(run_dir)` writes the
+    A CPU recipe runs NeMo RL's loop on this machine (`platform_for`): `cpu_inputs(run_dir)` writes the
     model and data it trains on (`engines.tiny_handover.prepare`) once the run dir is set up.
     Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
     RL) before anything is started, and `lock.RunDirBusy` while another process trains in the
     run dir (the lock is held until this returns). `progress` is accepted for symmetry with
     the embedded engine; NeMo RL prints its own progress.
     """
-    problems = check_recipe(recipe)
-    on_cpu = cpu_loop.is_cpu_recipe(recipe.config)
-    if on_cpu and cpu_inputs is None:
-        problems.append("a CPU recipe on NeMo RL's loop needs its model and data (cpu_inputs)")
+    platform = platform_for(recipe.config, cpu_inputs)
+    problems = check_recipe(recipe, platform) + platform.missing_inputs()
     if problems:
         raise EngineConfigError(
             f"{recipe.name} cannot run on the NeMo RL engine:\n"
@@ -368,22 +358,21 @@ def run(
     locked = Path(recipe.run_dir).resolve()
     lock.hold(locked)  # one training process per run dir, as on the embedded engine
     try:
-        if on_cpu:
-            from nemo_fp8_rl.engines.nemo.cpu import cluster
-
-            cluster.set_environment()
+        platform.set_environment()  # before NeMo RL is imported
         info = compat.require_supported()
         _refuse_mx_problems(recipe, info)
         run_dir = prepare_run_dir(recipe, resume, overwrite)
         write_environment(run_dir, info)
         export_package_path(run_dir)
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
-        inputs = cpu_inputs(run_dir) if on_cpu and cpu_inputs is not None else None
-        _train(recipe, run_dir, _prepare_nemo(recipe, inputs), cpu=on_cpu)
+        t0 = time.perf_counter()
+        prepared = _prepare_nemo(recipe, platform)
+        t_prepared = time.perf_counter()
+        _train(recipe, run_dir, prepared, platform)
+        end = time.perf_counter()
+        seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
+        write_environment(run_dir, info, seconds)
     finally:
-        if on_cpu:
-            from nemo_fp8_rl.engines.nemo.cpu import cluster
-
-            cluster.stop_ray()
+        platform.stop_ray()
         lock.release(locked)
     return run_dir

@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl.engines.nemo.observations import PAYLOAD_KEY
+from nemo_fp8_rl.engines.nemo.worker.observations import PAYLOAD_KEY
 
 # NeMo RL averages these over micro-batches instead of summing, and the worker does not divide
 # them by the number of global batches (megatron_policy_worker.train).

