@@ -16,7 +16,7 @@ import pytest
 from test_nemo_contract import _skip_reason
 
 from nemo_fp8_rl.config import load_recipe
-from nemo_fp8_rl.engines.nemo.mx_support import FP8_FILE, READS_IS_MX, mx_problems
+from nemo_fp8_rl.engines.nemo.driver.mx_support import FP8_FILE, READS_IS_MX, mx_problems
 
 pytestmark = [
     pytest.mark.nemo_rl,
@@ -40,7 +40,7 @@ def _preflight(recipe):
 
 def test_engine_refuses_is_mx_where_nemo_rl_does_not_read_it() -> None:
     """`run` refuses before Ray, the run dir or anything else (`_refuse_mx_problems`)."""
-    from nemo_fp8_rl.engines.nemo import compat, runner
+    from nemo_fp8_rl.engines.nemo.driver import compat, runner
 
     info = compat.detect()
     recipe = load_recipe(FULL)

@@ -84,7 +84,7 @@ def test_trainer_side_mxfp8_refit_serves_what_the_generator_side_serves(
 ) -> None:
     """The same BF16 weights refit both ways: NeMo RL quantizing on receipt (generator) and
     the trainer's MXFP8 pairs loaded as sent; every served tensor equal, byte for byte."""
-    from nemo_fp8_rl.engines.nemo.trainer_refit import (
+    from nemo_fp8_rl.engines.nemo.worker.trainer_refit import (
         plan_layout,
         quantized_stream,
         rules_for_worker,
@@ -119,7 +119,11 @@ def test_trainer_side_mxfp8_refit_serves_what_the_generator_side_serves(
 
 
 def test_block_scales_sent_to_an_mxfp8_worker_are_refused(mx_nemo: Any, checkpoint: Path) -> None:
-    from nemo_fp8_rl.engines.nemo.trainer_refit import plan_layout, rules_for_worker, shape_only
+    from nemo_fp8_rl.engines.nemo.worker.trainer_refit import (
+        plan_layout,
+        rules_for_worker,
+        shape_only,
+    )
 
     worker = make_worker(mx_nemo, gen_config(checkpoint, **MX), trainer=True)
     block = gen_config(checkpoint, precision="fp8")

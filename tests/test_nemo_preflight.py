@@ -98,7 +98,7 @@ def test_allow_list_entries_are_real_nemo_rl_keys(exemplar) -> None:
 
 
 def _reads_is_mx() -> bool:
-    from nemo_fp8_rl.engines.nemo.mx_support import FP8_FILE, READS_IS_MX
+    from nemo_fp8_rl.engines.nemo.driver.mx_support import FP8_FILE, READS_IS_MX
 
     return READS_IS_MX in (SRC / FP8_FILE).read_text()
 

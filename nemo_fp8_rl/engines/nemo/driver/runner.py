@@ -83,7 +83,7 @@ def check_recipe(recipe: Recipe, platform: Platform | None = None) -> list[str]:
 
 def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
     """MXFP8 rollout settings the NeMo RL in use would not run as written (`mx_support`)."""
-    from nemo_fp8_rl.engines.nemo.mx_support import mx_problems
+    from nemo_fp8_rl.engines.nemo.driver.mx_support import mx_problems
 
     if info.location is None:
         return

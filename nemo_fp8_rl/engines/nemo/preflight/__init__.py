@@ -228,7 +228,7 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
 def _mx_findings(config: dict[str, Any], tree: Path) -> list[LocatedError]:
     """`mx_support`'s refusals (is_mx unread by this NeMo RL; an MXFP8 MoE backend), located;
     the engine refuses them before it starts, so they come first."""
-    from nemo_fp8_rl.engines.nemo.mx_support import mx_problems, num_experts
+    from nemo_fp8_rl.engines.nemo.driver.mx_support import mx_problems, num_experts
     from nemo_fp8_rl.engines.nemo.preflight.offline_hub import NoLocalCopy, model_config
 
     try:
