@@ -1,7 +1,7 @@
 """docs/cluster.md's Blackwell numbers are what the committed scripts give from committed data.
 
-- the MXFP8 loop table: `scripts/loop_run_table.py` on the archived run
-  (docs/blackwell/runs/grpo-tiny-qwen3-nemo-cpu-fp8-mxfp8);
+- the MXFP8 run tables: `scripts/loop_run_table.py` on the archived runs (docs/blackwell/runs/:
+  NeMo RL's loop on CPU and the embedded engine);
 - the MXFP8 bytes per refit: `refit.wire_bytes.wire_bytes(config, mx=True)` of each model's
   shipped config.json (the times beside them are a loaded machine's, from
   `benchmarks/bench_refit_nemo.py --mx`, and are not regenerated here);
@@ -19,8 +19,11 @@ from nemo_fp8_rl.refit.wire_bytes import wire_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "cluster.md"
-RUN = ROOT / "docs" / "blackwell" / "runs" / "grpo-tiny-qwen3-nemo-cpu-fp8-mxfp8"
-BEGIN, END = "<!-- mxfp8-loop-table:begin -->", "<!-- mxfp8-loop-table:end -->"
+RUNS = ROOT / "docs" / "blackwell" / "runs"
+TABLES = {  # docs block marker -> archived run
+    "mxfp8-loop-table": RUNS / "grpo-tiny-qwen3-nemo-cpu-fp8-mxfp8",
+    "mxfp8-embedded-table": RUNS / "grpo-tiny-qwen3-cpu-fp8-mxfp8",
+}
 MODELS = {
     "Llama 3.1 8B": "llama-3.1-8b",
     "Qwen3-8B": "qwen3-8b",
@@ -36,11 +39,14 @@ def _script(name: str):
     return module
 
 
-def test_mxfp8_loop_table_is_the_archived_runs() -> None:
+def test_mxfp8_run_tables_are_the_archived_runs() -> None:
     text = DOC.read_text(encoding="utf-8")
-    (block,) = re.findall(re.escape(BEGIN) + r"\n(.*?)\n" + re.escape(END), text, re.DOTALL)
-    assert block.strip() == _script("loop_run_table").table(RUN)
-    assert (RUN / "recipe.yaml").read_text().count("is_mx: true") == 1
+    for marker, run in TABLES.items():
+        begin, end = f"<!-- {marker}:begin -->", f"<!-- {marker}:end -->"
+        (block,) = re.findall(re.escape(begin) + r"\n(.*?)\n" + re.escape(end), text, re.DOTALL)
+        assert block.strip() == _script("loop_run_table").table(run)
+        recipe = (run / "recipe.yaml").read_text()
+        assert recipe.count("is_mx: true") == 1 and recipe.count("fp8_recipe: mxfp8") == 1
 
 
 def test_mxfp8_bytes_per_refit_are_wire_bytes() -> None:
