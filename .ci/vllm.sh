@@ -39,7 +39,8 @@ PIP_CONSTRAINT="" "$VENV/bin/python" -m pip install -q pytest hypothesis safeten
 
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
 set +e
-"$VENV/bin/python" -m pytest -m vllm -p no:cacheprovider tests/test_refit_vllm.py tests/test_preflight_vllm.py "$@"
+"$VENV/bin/python" -m pytest -m vllm -p no:cacheprovider tests/test_refit_vllm.py tests/test_preflight_vllm.py \
+    tests/test_refit_mxfp8_vllm.py "$@"
 rc=$?
 set -e
 # pytest exit 5 = no test collected: treat as failure, the vLLM tests must run here.
