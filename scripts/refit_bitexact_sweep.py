@@ -13,6 +13,11 @@ Llama's 14336 x 4096 MLP weights, most of it NeMo RL's FP32 temporaries).
 every tensor is covered once and both rules on every shape; `both` runs each tensor twice.
 Prints one line per model (tensors, elements, mismatches, seconds) and exits 1 on any mismatch.
 
+`--mx` sweeps MXFP8 instead (NeMo RL's `is_mx`): the project's `quantize_mxfp8_like_nemo_rl`
+against NeMo RL 7ea279a's `quantize_mxfp8_weight`, which calls vLLM's `mxfp8_e4m3_quantize`: run
+it where vLLM is installed (the vLLM environment, `.ci/vllm.sh`); codes and E8M0 bytes compared
+byte for byte.
+
 `--sample N` covers, instead of every tensor, N tensors of every distinct FP8 shape (spread
 evenly over the model's layers; DeepSeek-V3 holds 44 788 FP8 tensors, 655 G elements, beyond a
 CPU budget), and says how many of the model's FP8 tensors that is. `--ignored-kws` sets
@@ -21,6 +26,7 @@ none for the others; `none` quantizes MLA's low-rank projections too, so their s
 
     uv run python scripts/refit_bitexact_sweep.py --nemo-rl-src /path/to/nemo-rl [--models qwen3-4b]
     uv run python scripts/refit_bitexact_sweep.py --nemo-rl-src ... --models deepseek-v3 --sample 2
+    .venv-vllm/bin/python scripts/refit_bitexact_sweep.py --nemo-rl-src ... --mx --models qwen3-4b
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ import torch
 from nemo_fp8_rl.refit.hf_shapes import RECIPE_MODELS as MODELS
 from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes, is_mla, recipe_model_config
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
+from nemo_fp8_rl.refit.nemo_mxfp8 import quantize_mxfp8_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_reference import load_nemo_rl_fp8, nemo_rl_cast
 
@@ -49,6 +56,8 @@ def same_bits(
         return False
     if not torch.equal(q1.view(torch.uint8), q2.view(torch.uint8)):
         return False
+    if s1.dtype == torch.uint8:  # MXFP8's E8M0 bytes
+        return bool(torch.equal(s1, s2))
     nan1, nan2 = torch.isnan(s1), torch.isnan(s2)
     bits_equal = s1.view(torch.int32) == s2.view(torch.int32)
     return bool(torch.equal(nan1, nan2) and (bits_equal | nan1).all())
@@ -75,11 +84,32 @@ def sampled(weights: list[tuple[int, str, tuple]], per_shape: int) -> set[str]:
     return picked
 
 
+def _modes(pow2_mode: str, count: int, mx: bool) -> tuple:
+    if mx:
+        return ("mx",)
+    if pow2_mode == "both":
+        return (False, True)
+    return ({"off": False, "on": True}.get(pow2_mode, count % 2 == 1),)
+
+
+def _compare(module, weight: torch.Tensor, mode) -> bool:
+    if mode == "mx":
+        return same_bits(quantize_mxfp8_like_nemo_rl(weight), module.quantize_mxfp8_weight(weight))
+    ours = quantize_blockwise_like_nemo_rl(weight, pow2_scale=mode)
+    return same_bits(ours, nemo_rl_cast(module, weight, mode))
+
+
 def sweep_model(
-    module, config: dict, pow2_mode: str, gen: torch.Generator, ignored: tuple, sample: int
+    module,
+    config: dict,
+    pow2_mode: str,
+    gen: torch.Generator,
+    ignored: tuple,
+    sample: int,
+    mx: bool = False,
 ) -> dict:
     """Compare the FP8 weights of one model (all, or `sample` per shape); counts, mismatches."""
-    rules = NemoFp8Rules(num_layers=config["num_hidden_layers"], ignored_keywords=ignored)
+    rules = NemoFp8Rules(num_layers=config["num_hidden_layers"], ignored_keywords=ignored, mx=mx)
     weights = list(fp8_weights(config, rules))
     keep = sampled(weights, sample) if sample else {n for _, n, _ in weights}
     count = elements = 0
@@ -90,15 +120,9 @@ def sweep_model(
         for name in sorted(shapes):
             std = 10 ** (-4 * torch.rand((), generator=gen).item())
             weight = (torch.randn(shapes[name], generator=gen) * std).to(torch.bfloat16)
-            modes = (
-                (False, True)
-                if pow2_mode == "both"
-                else ({"off": False, "on": True}.get(pow2_mode, count % 2 == 1),)
-            )
-            for pow2 in modes:
-                ours = quantize_blockwise_like_nemo_rl(weight, pow2_scale=pow2)
-                if not same_bits(ours, nemo_rl_cast(module, weight, pow2)):
-                    mismatches.append(f"{name} pow2={pow2}")
+            for mode in _modes(pow2_mode, count, mx):
+                if not _compare(module, weight, mode):
+                    mismatches.append(f"{name} {'mx' if mx else f'pow2={mode}'}")
             count += 1
             elements += weight.numel()
             shapes_seen.add(tuple(shapes[name]))
@@ -128,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sample", type=int, default=0, help="tensors per distinct shape (0: all)")
+    parser.add_argument("--mx", action="store_true", help="MXFP8 (is_mx; needs vLLM installed)")
     parser.add_argument(
         "--ignored-kws",
         default=None,
@@ -147,14 +172,15 @@ def main(argv: list[str] | None = None) -> int:
         config = recipe_model_config(name)
         ignored = _ignored(args.ignored_kws, config)
         start = time.perf_counter()
-        result = sweep_model(module, config, args.pow2, gen, ignored, args.sample)
+        result = sweep_model(module, config, args.pow2, gen, ignored, args.sample, args.mx)
         seconds = time.perf_counter() - start
         failed |= bool(result["mismatches"])
         print(
             f"{name}: {result['tensors']} FP8 tensors of {result['of_tensors']} "
             f"({result['shapes']} distinct shapes), {result['elements'] / 1e9:.2f} of "
             f"{result['of_elements'] / 1e9:.2f} G elements, ignored {list(ignored)}, "
-            f"pow2 {args.pow2}, {len(result['mismatches'])} mismatches, {seconds:.0f} s"
+            f"{'MXFP8' if args.mx else f'pow2 {args.pow2}'}, {len(result['mismatches'])} "
+            f"mismatches, {seconds:.0f} s"
             + (f" (first: {result['mismatches'][:3]})" if result["mismatches"] else ""),
             flush=True,
         )

@@ -35,6 +35,8 @@ MXFP8 = [
     "refit.bridge=nemo",
 ]
 GPU_RECIPES = [p for p in find_recipes() if not short_name(p).startswith(("tiny", "study"))]
+BLACKWELL_RECIPES = [p for p in GPU_RECIPES if "n4g-" in p.name]  # 4-GPU nodes: GB200, B200
+HOPPER_RECIPES = [p for p in GPU_RECIPES if p not in BLACKWELL_RECIPES]
 
 
 # ---- shipped recipes -----------------------------------------------------------------------
@@ -55,12 +57,28 @@ def test_shipped_recipes_pass_every_check_on_both_snapshots(trees, snapshot):
 
 
 def test_hopper_recipes_pass_on_h100_and_h200(trees):
-    for path in GPU_RECIPES:
+    for path in HOPPER_RECIPES:
         for gpu in (
             ("H200",) if "deepseek" in path.name and "bf16" in path.name else ("H100", "H200")
         ):
             rep = report(str(path), tree=trees["7ea279a"], gpu=gpu)
             assert rep.ok, rep.render()
+
+
+def test_blackwell_recipes_pass_on_b200_and_gb200_and_name_their_sibling_on_hopper(trees):
+    """The 4-GPU-node family passes on Blackwell workers; its MXFP8 recipes are refused on
+    Hopper workers with the Hopper sibling to use, and its BF16 recipes run anywhere."""
+    assert len(BLACKWELL_RECIPES) == 16
+    for path in BLACKWELL_RECIPES:
+        for gpu in ("B200", "GB200"):
+            rep = report(str(path), tree=trees["7ea279a"], gpu=gpu)
+            assert rep.ok, rep.render()
+        rep = report(str(path), tree=trees["7ea279a"], gpu="H100")
+        if path.name.endswith("-bf16.yaml"):
+            assert rep.ok, rep.render()
+            continue
+        assert "scale-format" in {f.rule.split("/")[0] for f in rep.errors}, rep.render()
+        assert "1n8g-" in rep.render() or "2n8g-" in rep.render(), rep.render()
 
 
 # ---- fp8-active: NeMo RL's FP8 patches vs vLLM's executor (NVIDIA-NeMo/RL#3755) ------------

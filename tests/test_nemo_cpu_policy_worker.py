@@ -162,6 +162,29 @@ def test_logprobs_match_transformers_and_fp8_switch(recipe: dict, checkpoint: Pa
     assert torch.equal(w.get_logprobs(data=data)["logprobs"], off)
 
 
+def test_mxfp8_recipe_emulates_te_mxfp8_block_scaling(recipe: dict, checkpoint: Path) -> None:
+    """`fp8_recipe: mxfp8`: every decoder linear quantizes weights, activations and gradients in
+    1x32 E8M0 blocks (TE's MXFP8BlockScaling); FP8 compute changes the log-probs, and the
+    switch brings the BF16 ones back."""
+    from nemo_fp8_rl.fp8 import FP8Spec
+
+    cfg = policy_config(recipe, checkpoint, precision="float32")
+    cfg["megatron_cfg"]["fp8_cfg"]["fp8_recipe"] = "mxfp8"
+    w = make_worker(cfg, init_optimizer=False, init_reference_model=False)
+    emulated = [
+        m.__dict__["_cpu_emulated"] for m in w.model.modules() if "_cpu_emulated" in m.__dict__
+    ]
+    mx = FP8Spec.preset("mxfp8")
+    assert emulated and all(e.weight_spec == mx and e.act_spec == mx for e in emulated)
+    assert all(e.grad_spec == FP8Spec("e4m3", "mxfp8", "e8m0") for e in emulated)
+    data = token_batch(w.hf_config.vocab_size)
+    w.set_fp8_compute(False)
+    off = w.get_logprobs(data=data)["logprobs"]
+    w.set_fp8_compute(True)
+    gap = (w.get_logprobs(data=data)["logprobs"] - off).abs().max().item()
+    assert 1e-4 < gap < 0.5, gap
+
+
 def train_data(w: Any, seed: int = 1) -> Any:
     data = token_batch(w.hf_config.vocab_size, seed)
     gen = torch.Generator().manual_seed(seed)

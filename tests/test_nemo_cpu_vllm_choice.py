@@ -37,6 +37,21 @@ def test_block_fp8_needs_amx_and_bf16_does_not() -> None:
     assert blocker(_config("bfloat16"), {"avx512f"}, "0.25.1") is None
 
 
+def test_mxfp8_stays_on_the_stand_in_even_with_amx(monkeypatch) -> None:
+    """vLLM's CPU build has no MXFP8 kernel: an is_mx recipe falls back to the stand-in, and
+    forcing real vLLM is an error naming why."""
+    mx = {"policy": {"generation": {"vllm_cfg": {"precision": "fp8", "is_mx": True}}}}
+    why = blocker(mx, AMX, "0.32.0")
+    assert why is not None and "MXFP8" in why and "CPU platform" in why
+    monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.32.0")
+    monkeypatch.delenv(vllm_choice.VARIABLE, raising=False)
+    choice = choose(mx, flags=AMX)
+    assert not choice.real_vllm and "MXFP8" in choice.reason
+    monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")
+    with pytest.raises(GenerationChoiceError, match="MXFP8"):
+        choose(mx, flags=AMX)
+
+
 def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
     why = blocker(_config("bfloat16"), AMX, None)
     assert why is not None and "scripts/nemo-rl-env.sh --vllm" in why

@@ -130,7 +130,8 @@ def test_pair_differs_only_in_precision_refit_calibration(bf16, fp8):
 
 
 def _scaling(stem: str) -> str:
-    """The training FP8 recipe a file name promises (blockwise unless it names another)."""
+    """The FP8 recipe a file name promises (blockwise unless it names another; `-fp8-mxfp8`:
+    MXFP8 training and rollout, `-fp8-mxfp8-rollout`: MXFP8 rollout with BF16 training)."""
     return next((s for s in ("tensorwise", "mxfp8") if f"-fp8-{s}" in stem), "blockwise")
 
 
@@ -140,6 +141,12 @@ def test_fp8_recipes_have_active_clipping_and_the_named_scaling(path):
     samples = cfg["grpo"]["num_prompts_per_step"] * cfg["grpo"]["num_generations_per_prompt"]
     assert samples // cfg["policy"]["train_global_batch_size"] > 1
     fp8 = cfg["policy"]["megatron_cfg"]["fp8_cfg"]
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    assert vllm["is_mx"] == (_scaling(path.stem) == "mxfp8")
+    if path.stem.endswith("-rollout"):  # FP8 rollout, BF16 training: nothing to calibrate
+        assert not fp8["enabled"] and vllm["precision"] == "fp8"
+        assert not cfg["loss_fn"]["calibration"]["enabled"]
+        return
     assert fp8 == {
         **fp8,
         "enabled": True,
@@ -192,8 +199,42 @@ def test_dose_recipes_differ_from_bf16_in_precision_and_calibration_only(path):
     assert len(DOSE) == 9
 
 
+BLACKWELL = [p for p in MODEL_RECIPES if re.search(r"-\d+n4g-", p.stem)]
+# The Hopper recipe each Blackwell family is built on (its BF16 recipe's first parent).
+HOPPER_OF = {
+    "llama3.1-8b-instruct": "grpo-llama3.1-8b-instruct-1n8g",
+    "qwen3-8b-base": "grpo-qwen3-8b-base-1n8g",
+    "qwen3-4b": "grpo-qwen3-4b-1n8g",
+    "qwen3-30b-a3b": "grpo-qwen3-30b-a3b-2n8g",
+}
+
+
+def test_every_blackwell_family_has_the_four_variants_and_a_hopper_sibling():
+    """Per model: BF16, full MXFP8 calibrated and uncalibrated, MXFP8 rollout + BF16 training,
+    on 4-GPU nodes with the Hopper recipe's GPU count; and the sibling rule (the name with its
+    cluster token and `-mxfp8` taken out) finds the Hopper recipe of each MXFP8 variant."""
+    by_model: dict[str, set[str]] = {}
+    for path in BLACKWELL:
+        m = NAME.match(path.stem)
+        by_model.setdefault(path.parent.name, set()).add(m["variant"])
+        hopper = path.parent / (
+            re.sub(r"-\d+n4g-", "-", path.stem)
+            .replace("-mxfp8", "")
+            .replace(f"grpo-{path.parent.name}-", f"{HOPPER_OF[path.parent.name]}-")
+            + ".yaml"
+        )
+        if not hopper.stem.endswith("-fp8-rollout"):  # no Hopper FP8-rollout recipe ships
+            assert hopper.is_file(), f"{path.name}: no Hopper sibling {hopper.name}"
+            a, b = load_recipe(path).config, load_recipe(hopper).config
+            gpus = [c["cluster"]["num_nodes"] * c["cluster"]["gpus_per_node"] for c in (a, b)]
+            assert gpus[0] == gpus[1] and a["cluster"]["gpus_per_node"] == 4
+    want = {"bf16", "fp8-mxfp8", "fp8-mxfp8-uncalibrated", "fp8-mxfp8-rollout"}
+    assert by_model == {model: want for model in HOPPER_OF}
+
+
 MOE_FP8 = [
     "qwen3-30b-a3b/grpo-qwen3-30b-a3b-2n8g-fp8",
+    "qwen3-30b-a3b/grpo-qwen3-30b-a3b-4n4g-fp8-mxfp8",
     "deepseek-v3/grpo-deepseek-v3-32n8g-fp8",
     "deepseek-v3/grpo-deepseek-v3-64n8g-async-1off-fp8",
     "moonlight-16b-a3b/grpo-moonlight-16b-a3b-4n8g-fp8",

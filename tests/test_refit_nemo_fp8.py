@@ -243,8 +243,9 @@ def test_refusals() -> None:
         NemoFp8Layout(["model.layers.0.foo.weight"], NemoFp8Rules(num_layers=36))
     with pytest.raises(UserError, match="precision"):
         NemoFp8Rules.from_vllm_cfg({"precision": "bfloat16"}, 36)
-    with pytest.raises(UserError, match="is_mx"):
-        NemoFp8Rules.from_vllm_cfg({"precision": "fp8", "is_mx": True}, 36)
+    with pytest.raises(UserError, match="does not read is_mx"):
+        NemoFp8Rules.from_vllm_cfg({"precision": "fp8", "is_mx": True}, 36, reads_is_mx=False)
+    assert NemoFp8Rules.from_vllm_cfg({"precision": "fp8", "is_mx": True}, 36).mx
     rules = NemoFp8Rules.from_vllm_cfg(
         {"precision": "fp8", "pow2_weight_scaling_factors": True, "num_last_layers_in_bf16": 2}, 36
     )

@@ -38,7 +38,6 @@ def test_bf16_rollout_is_refused_with_the_key_and_file(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("override", "key", "says"),
     [
-        ("policy.generation.vllm_cfg.is_mx=true", "policy.generation.vllm_cfg.is_mx", "MXFP8"),
         (
             "policy.generation.refit_transport=nccl_reshard",
             "policy.generation.refit_transport",
@@ -68,7 +67,14 @@ def test_unsupported_combinations_are_refused(
 
 
 def test_generator_accepts_what_trainer_refuses() -> None:
-    load_recipe(FP8, ["policy.generation.vllm_cfg.is_mx=true"])
+    load_recipe(FP8, ["policy.generation.refit_transport=nccl_reshard"])
+
+
+def test_trainer_accepts_mxfp8() -> None:
+    """is_mx pairs (E4M3 + E8M0 `_scale_from_checkpoint`) are made on the trainer too; a NeMo RL
+    that does not read is_mx is refused when the run starts (engines.nemo.mx_support)."""
+    recipe = load_recipe("qwen3-4b/grpo-qwen3-4b-2n4g-fp8-mxfp8", ["refit.quantize_on=trainer"])
+    assert recipe.config["policy"]["generation"]["vllm_cfg"]["is_mx"]
 
 
 def test_trainer_runs_with_the_async_engine(tmp_path: Path) -> None:

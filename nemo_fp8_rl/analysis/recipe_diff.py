@@ -48,6 +48,11 @@ FORCED = {
         "which NeMo RL's FP8 patches miss at vLLM TP x PP > 1 (NVIDIA-NeMo/RL#3755); '0' selects "
         "the v1 Ray executor they wrap"
     ),
+    "policy.generation.vllm_kwargs.moe_backend": (
+        "MXFP8 MoE rollout: NeMo RL 7ea279a's MXFP8 MoE refit converts only FlashInfer TRTLLM's "
+        "weight layout (fp8.py process_weights_after_loading_mxfp8_moe); the BF16 sibling keeps "
+        "triton as NeMo RL's BF16 GB200 recipe grpo-qwen3-30ba3b-4n4g.yaml does"
+    ),
 }
 REFIT_PREFIXES = ("refit.", "policy.refit_", "policy.generation.refit_")
 CALIBRATION_PREFIXES = ("loss_fn.calibration.",)

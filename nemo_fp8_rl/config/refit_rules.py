@@ -5,9 +5,11 @@ BF16 weights and the vLLM worker quantizes each FP8 weight on arrival
 (`nemo_rl/models/generation/vllm/quantization/fp8.py` `load_weights`). With `trainer` the
 project's Megatron worker sends each FP8 weight as its (E4M3, FP32 `_scale_inv`) pair and the
 project's vLLM worker extension loads the pairs as they are. That path exists only where both
-project workers stand in for NeMo RL's, and only for 128x128 block FP8; every other setting is
-refused here with the NeMo RL code that makes it different (file:line in the vendored
-snapshots v0.7.0 and 7ea279a).
+project workers stand in for NeMo RL's, for 128x128 block FP8 and, with `vllm_cfg.is_mx`, for
+MXFP8 (E4M3 with uint8 E8M0 `_scale_from_checkpoint` bytes, as 7ea279a's `quantize_mxfp8_weight`
+makes them; a NeMo RL that does not read `is_mx`, v0.7.0, is refused when the run starts); every
+other setting is refused here with the NeMo RL code that makes it different (file:line in the
+vendored snapshots v0.7.0 and 7ea279a).
 """
 
 from __future__ import annotations
@@ -60,16 +62,6 @@ def _refusals(config: dict) -> list[tuple[str, str, str]]:
                 f"set {VLLM}.precision: fp8",
             )
         )
-    if _get(config, f"{VLLM}.is_mx"):
-        out.append(
-            (
-                f"{VLLM}.is_mx",
-                "MXFP8 refit sends 1x32 E8M0 scales as `_scale_from_checkpoint` "
-                "(7ea279a fp8.py:515 quantize_mxfp8_weight); the trainer-side quantizer "
-                "makes 128x128 block scales",
-                f"set {VLLM}.is_mx: false",
-            )
-        )
     if not _get(config, f"{MCORE}.enabled") or _get(config, "policy.dtensor_cfg.enabled"):
         out.append(
             (
@@ -112,7 +104,8 @@ def _refusals(config: dict) -> list[tuple[str, str, str]]:
 
 
 def quantize_on_trainer(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
-    """`refit.quantize_on: trainer` needs FP8 block rollout on NeMo RL's Megatron + vLLM path."""
+    """`refit.quantize_on: trainer` needs FP8 rollout (block or MXFP8) on NeMo RL's Megatron +
+    vLLM path."""
     if _get(config, KEY, "generator") != "trainer":
         return []
     return [

@@ -32,7 +32,12 @@ Which weights are FP8 (NeMo RL's `_is_fp8_weight` on the model vLLM builds with 
   7ea279a expands them into per-expert FP8 pairs when the layer's experts are FP8
   (`_expand_grouped_moe_expert_to_fp8`: gate = rows [:I], up = rows [I:] of gate_up; names
   `<base>.<e>.<gate_proj|up_proj|down_proj>.weight`; shard-major order, weight then scale);
-  v0.7.0 passes them on as BF16 (`expand_grouped_experts=False`).
+  v0.7.0 passes them on as BF16 (`expand_grouped_experts=False`). With `is_mx` 7ea279a raises
+  on FP8 grouped slabs ("MXFP8 refit does not support grouped MoE expert weights"), and so does
+  the layout, when the refit is planned.
+
+MXFP8 (`is_mx`, 7ea279a): the same weights (vLLM's ModelOpt MXFP8 layers hold float8_e4m3fn
+weights, which `_is_fp8_weight` tests), each with K a multiple of 32; `pow2_*` do not apply.
 
 `use_deep_gemm` only sets vLLM's environment (`VLLM_USE_DEEP_GEMM=1`, `VLLM_USE_DEEP_GEMM_E8M0=0`)
 for what vLLM does after loading; the tensors handed to `model.load_weights` are the same.
@@ -49,10 +54,12 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.user_error import USAGE, UserError
+from nemo_fp8_rl.refit.nemo_mxfp8 import MX_BLOCK, quantize_mxfp8_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_quant import quantize_blockwise_like_nemo_rl
 from nemo_fp8_rl.refit.nemo_scale import BLOCK
 
 SCALE_SUFFIX = "_scale_inv"
+MX_SCALE_SUFFIX = "_scale_from_checkpoint"
 VLLM_CFG = "policy.generation.vllm_cfg"
 _LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.\d+\.(?:gate|up|down)_proj$")
@@ -90,6 +97,12 @@ class NemoFp8Rules:
     ignored_keywords: tuple[str, ...] = ()
     router_fp8: bool = True
     expand_grouped_experts: bool = True
+    mx: bool = False  # vllm_cfg.is_mx: MXFP8 pairs (1x32 E8M0 bytes) instead of block FP8
+
+    @property
+    def scale_suffix(self) -> str:
+        """The name suffix of each FP8 weight's scale tensor."""
+        return MX_SCALE_SUFFIX if self.mx else SCALE_SUFFIX
 
     @classmethod
     def from_vllm_cfg(
@@ -99,8 +112,10 @@ class NemoFp8Rules:
         *,
         expand_grouped_experts: bool = True,
         bf16_layer_ranges_apply: bool = True,
+        reads_is_mx: bool = True,
     ) -> NemoFp8Rules:
-        """Rules from `policy.generation.vllm_cfg`; refuses a BF16 rollout and MXFP8.
+        """Rules from `policy.generation.vllm_cfg`; refuses a BF16 rollout, and MXFP8 where the
+        NeMo RL in use does not read `is_mx` (`reads_is_mx=False`: v0.7.0).
 
         For NeMo RL v0.7.0 pass `expand_grouped_experts=False` and
         `bf16_layer_ranges_apply=False`: its `init_fp8` appends each BF16 layer range to
@@ -125,11 +140,12 @@ class NemoFp8Rules:
                 f"set {VLLM_CFG}.precision: fp8, or refit.quantize_on: generator",
                 USAGE,
             )
-        if vllm_cfg.get("is_mx"):
+        if vllm_cfg.get("is_mx") and not reads_is_mx:
             raise UserError(
                 f"{VLLM_CFG}.is_mx",
-                "MXFP8 refit uses 1x32 E8M0 scales, not the 128x128 block scales made here",
-                f"set {VLLM_CFG}.is_mx: false, or refit.quantize_on: generator",
+                "this NeMo RL (v0.7.0) does not read is_mx: its vLLM worker would serve block "
+                "FP8, not the MXFP8 pairs made here",
+                f"use NeMo RL 7ea279a or later, or set {VLLM_CFG}.is_mx: false",
                 USAGE,
             )
         return cls(
@@ -139,6 +155,7 @@ class NemoFp8Rules:
             last_bf16=int(vllm_cfg.get("num_last_layers_in_bf16") or 0),
             ignored_keywords=tuple(vllm_cfg.get("quantization_ignored_layer_kws") or ()),
             expand_grouped_experts=expand_grouped_experts,
+            mx=bool(vllm_cfg.get("is_mx")),
         )
 
     def layer_in_bf16(self, layer: int) -> bool:
@@ -232,14 +249,22 @@ class NemoFp8Layout:
         return name in self.fp8_names
 
     def expands(self, name: str) -> bool:
-        """True for a grouped expert slab that travels as per-expert FP8 pairs."""
+        """True for a grouped expert slab that travels as per-expert FP8 pairs (with MXFP8 such
+        a slab is refused, as NeMo RL's `load_weights` refuses it)."""
         split = _split(name)
-        return bool(
-            split
-            and _GROUPED.match(split[1])
-            and self.rules.expand_grouped_experts
-            and split[0] not in self.bf16_expert_layers
+        fp8_slab = bool(
+            split and _GROUPED.match(split[1]) and split[0] not in self.bf16_expert_layers
         )
+        if fp8_slab and self.rules.mx:
+            raise UserError(
+                f"{VLLM_CFG}.is_mx",
+                f"{name}: NeMo RL's MXFP8 refit does not support grouped MoE expert weights "
+                "(7ea279a fp8.py load_weights raises NotImplementedError)",
+                f"set {VLLM_CFG}.is_mx: false, or keep these experts in BF16 "
+                "(quantization_ignored_layer_kws)",
+                USAGE,
+            )
+        return fp8_slab and self.rules.expand_grouped_experts
 
     def quantize_named(self, name: str, tensor: torch.Tensor) -> list[tuple[str, torch.Tensor]]:
         """What NeMo RL's `load_weights` would hand vLLM for this streamed tensor."""
@@ -247,6 +272,10 @@ class NemoFp8Layout:
             return expand_grouped_experts(name, tensor, pow2=self.rules.pow2)
         if not self.is_fp8(name):
             return [(name, tensor)]
+        if self.rules.mx:
+            _mx_shape(name, tuple(tensor.shape))
+            q, scales = quantize_mxfp8_like_nemo_rl(tensor, what=name)
+            return [(name, q), (name + MX_SCALE_SUFFIX, scales)]
         q, scale_inv = quantize_blockwise_like_nemo_rl(tensor, pow2_scale=self.rules.pow2)
         return [(name, q), (name + SCALE_SUFFIX, scale_inv)]
 
@@ -259,6 +288,11 @@ class NemoFp8Layout:
             return [(n, s, d) for n, s, d in expanded_shapes(name, shape)]
         if not self.is_fp8(name):
             return [(name, shape, dtype)]
+        if self.rules.mx:
+            return [
+                (name, shape, torch.float8_e4m3fn),
+                (name + MX_SCALE_SUFFIX, _mx_shape(name, shape), torch.uint8),
+            ]
         return [
             (name, shape, torch.float8_e4m3fn),
             (name + SCALE_SUFFIX, _scale_shape(shape), torch.float32),
@@ -269,6 +303,20 @@ def _scale_shape(shape: tuple[int, ...]) -> tuple[int, int]:
     if len(shape) != 2:
         raise ValueError(f"an FP8 weight must be 2-D, got shape {list(shape)}")
     return math.ceil(shape[0] / BLOCK), math.ceil(shape[1] / BLOCK)
+
+
+def _mx_shape(name: str, shape: tuple[int, ...]) -> tuple[int, int]:
+    """E8M0 byte grid `(m, n/32)` of a 2-D MXFP8 weight; refuses what vLLM's MXFP8 layer cannot
+    hold (not 2-D, or K not a multiple of 32)."""
+    if len(shape) != 2 or shape[1] % MX_BLOCK:
+        raise UserError(
+            f"{VLLM_CFG}.is_mx",
+            f"{name} of shape {list(shape)}: an MXFP8 weight is 2-D with K a multiple of "
+            f"{MX_BLOCK} (vLLM's ModelOpt MXFP8 linear)",
+            f"keep it in BF16 (quantization_ignored_layer_kws), or set {VLLM_CFG}.is_mx: false",
+            USAGE,
+        )
+    return shape[0], shape[1] // MX_BLOCK
 
 
 def _shards(key: str, shape: tuple[int, ...]) -> list[tuple[str, int, int]]:
@@ -343,6 +391,7 @@ def quantize_named(
 
 
 __all__ = [
+    "MX_SCALE_SUFFIX",
     "SCALE_SUFFIX",
     "NemoFp8Layout",
     "NemoFp8Rules",

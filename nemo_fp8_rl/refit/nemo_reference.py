@@ -9,7 +9,8 @@ installed. The stand-ins sit in `sys.modules` only while the file executes, so a
 imported later is unaffected; the loaded module keeps them, and a test can build modules that
 are instances of `module.LinearBase` etc. to drive `_is_fp8_weight` / `load_weights`.
 7ea279a's import of its sibling `mxfp8_utils.py` is served by loading that real file.
-`accelerate`, needed only inside `init_fp8`, gets a stand-in when it is not installed.
+`accelerate`, needed only inside `init_fp8`, and `ray`, needed only to patch a multi-GPU engine,
+get stand-ins when they are not installed (vLLM's CPU environment holds neither).
 
 `nemo_rl_cast` and `nemo_rl_expand_grouped` call NeMo RL's functions the way its `load_weights`
 does (FP32 input, 128x128 blocks, the scale's trailing dim squeezed), with NeMo RL's
@@ -80,6 +81,10 @@ def _stand_in_modules(src: Path) -> dict[str, types.ModuleType]:
     except ImportError:
         out["accelerate"] = types.ModuleType("accelerate", "stand-in (init_fp8 only)")
         out["accelerate"].init_empty_weights = contextlib.nullcontext
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        out["ray"] = types.ModuleType("ray", "stand-in (multi-GPU engine patching only)")
     sibling = src / FP8_FILE.parent / "mxfp8_utils.py"
     if sibling.is_file():
         out[f"{_PKG}.mxfp8_utils"] = _exec_file(sibling, f"{_PKG}.mxfp8_utils")
@@ -103,6 +108,8 @@ def load_nemo_rl_fp8(src: str | Path) -> types.ModuleType:
         raise FileNotFoundError(
             f"{path} does not exist: point the source at a NeMo RL tree (the folder with nemo_rl/)"
         )
+    with contextlib.suppress(ImportError):
+        import transformers  # noqa: F401  (before the stand-ins: it probes for accelerate)
     stand_ins = _stand_in_modules(src)
     saved = {name: sys.modules.get(name) for name in stand_ins}
     sys.modules.update(stand_ins)

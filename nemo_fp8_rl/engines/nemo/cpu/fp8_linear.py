@@ -14,7 +14,10 @@ exactly as it flips Transformer Engine's autocast on a GPU worker.
 Scaling (`policy.megatron_cfg.fp8_cfg`, as Transformer Engine's recipes quantize):
 `fp8_recipe: blockwise` weights 128x128 tiles, activations and gradients 1x128 groups, FP32
 scales with `NVTE_FP8_BLOCK_SCALING_FP32_SCALES=1` in `megatron_cfg.env_vars` else power-of-2;
-`tensorwise` one scale per tensor; `fp8: hybrid` sends gradients as E5M2, `e4m3` as E4M3.
+`tensorwise` one scale per tensor; `mxfp8` Transformer Engine's `MXFP8BlockScaling`: E4M3 in
+1x32 blocks with E8M0 scales for weights, activations and gradients (the weight quantized along
+its output dim for the input gradient, as TE's columnwise copy; `fp8.emulation`); `fp8: hybrid`
+sends gradients as E5M2, `e4m3` as E4M3.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import torch
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.fp8.emulation import FP8EmulatedLinear
 
-RECIPES = ("blockwise", "tensorwise")
+RECIPES = ("blockwise", "tensorwise", "mxfp8")
 
 
 def fp8_specs(policy_cfg: dict[str, Any]) -> tuple[FP8Spec, FP8Spec, FP8Spec]:
@@ -41,6 +44,9 @@ def fp8_specs(policy_cfg: dict[str, Any]) -> tuple[FP8Spec, FP8Spec, FP8Spec]:
             f"policy worker. Fix: use one of {list(RECIPES)}"
         )
     grad_fmt = "e5m2" if fp8.get("fp8", "e4m3") == "hybrid" else "e4m3"
+    if recipe == "mxfp8":
+        mx = FP8Spec.preset("mxfp8")
+        return mx, mx, FP8Spec(grad_fmt, "mxfp8", "e8m0")
     if recipe == "tensorwise":
         spec = FP8Spec("e4m3", "tensorwise")
         return spec, spec, FP8Spec(grad_fmt, "tensorwise")

@@ -4,7 +4,8 @@ With `vllm_cfg.precision: fp8`, NeMo RL's vLLM worker calls `init_fp8(vllm_cfg, 
 model_parallel_size)`: it sets the FP8 module's `global_fp8_config` (pow2 weight and
 activation scales, the first/last BF16 layers, the KV-cache dtype), applies its patches to
 vLLM's FP8 methods (here: the `vllm_names` classes) and returns vLLM's quantization config,
-whose `ignored_layers` are the linear layers vLLM builds in BF16
+whose `ignored_layers` are the linear layers vLLM builds in BF16 (with `is_mx` the config is
+ModelOpt's MXFP8 one and the patches those of vLLM's MXFP8 methods)
 (`num_first_layers_in_bf16`, `num_last_layers_in_bf16`, `quantization_ignored_layer_kws`).
 This module calls it as shipped and serves every other decoder linear layer in FP8.
 
@@ -55,6 +56,7 @@ class Fp8Setup:
     """FP8 settings of one CPU generation worker (module docstring)."""
 
     fp8_weights: bool = False
+    mx: bool = False  # vllm_cfg.is_mx: MXFP8 weights (1x32 E8M0 bytes) and activations
     fp8_modules: set[str] = field(default_factory=set)
     act_pow2: bool = False
     kv_fp8: bool = False
@@ -78,6 +80,7 @@ class Fp8Setup:
         cache_dtype = str(kwargs["kv_cache_dtype"])
         return cls(
             fp8_weights=True,
+            mx=bool(getattr(config, "is_mx", False)),
             fp8_modules=_decoder_linear_names(hf_model) - ignored,
             act_pow2=bool(config.use_activation_pow2_scale),
             kv_fp8=cache_dtype.startswith("fp8"),

@@ -24,7 +24,8 @@ A refit is refused before any weight moves when its metadata does not match the 
 Non-colocated generation (asynchronous GRPO) is refitted by NeMo RL's collective path
 (`init_collective`, `update_weights_from_collective`) over a gloo group (`collective`); the
 async engine's methods are in `async_generation_worker`. Not implemented (each raises or
-refuses with a located error): tensor or pipeline parallelism, MXFP8, `bad_words`.
+refuses with a located error): tensor or pipeline parallelism, `bad_words`. MXFP8
+(`vllm_cfg.is_mx`) is served as NeMo RL's MXFP8 path loads it (`served_model`).
 """
 
 from __future__ import annotations
@@ -74,12 +75,6 @@ def _check_config(cfg: dict[str, Any], serves_async_engine: bool) -> None:
             "policy.generation.vllm_cfg.tensor_parallel_size",
             "the CPU generation worker serves the whole model in one process",
             "set tensor_parallel_size: 1 and pipeline_parallel_size: 1",
-        )
-    if vllm.get("precision") == "fp8" and vllm.get("is_mx"):
-        raise _refuse(
-            "policy.generation.vllm_cfg.is_mx",
-            "MXFP8 generation is not emulated by the CPU generation worker",
-            "set is_mx: false (block FP8)",
         )
 
 
@@ -149,7 +144,7 @@ class CpuGenerationWorkerImpl:
         checkpoint = [(n, p.detach().to(torch.bfloat16)) for n, p in hf.named_parameters()]
         self.fp8 = fp8_setup.Fp8Setup.from_config(vllm, self.model_name, hf)
         act = FP8Spec("e4m3", "rowwise", "pow2" if self.fp8.act_pow2 else "fp32")
-        self.model = ServedModel(hf, self.fp8.fp8_modules, act, self.fp8.kv_fp8)
+        self.model = ServedModel(hf, self.fp8.fp8_modules, act, self.fp8.kv_fp8, mx=self.fp8.mx)
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(self.model_name)
         except (OSError, ValueError):
@@ -180,7 +175,7 @@ class CpuGenerationWorkerImpl:
             model=self.model,
             model_config=model_config,
             vllm_config=SimpleNamespace(
-                quant_config=vllm_names.Fp8Config() if self.fp8.fp8_weights else None,
+                quant_config=self._quant_config(),
                 model_config=model_config,
                 cache_config=SimpleNamespace(cache_dtype=self.fp8.cache_dtype),
             ),
@@ -189,6 +184,12 @@ class CpuGenerationWorkerImpl:
         ext.device = torch.device("cpu")
         ext.device_uuid = self.device_uuid
         return ext
+
+    def _quant_config(self) -> Any:
+        """vLLM's quantization config as NeMo RL's `is_fp8_model` tests it (None: BF16)."""
+        if not self.fp8.fp8_weights:
+            return None
+        return vllm_names.ModelOptMxFp8Config() if self.fp8.mx else vllm_names.Fp8Config()
 
     def _owner(self, what: str) -> ServedModel:
         if self.model is None:

@@ -8,12 +8,18 @@ with `isinstance`), holding what vLLM's layers hold:
 * FP8 layers (`vllm_cfg.precision: fp8`, every decoder linear NeMo RL's `init_fp8` does not put
   in `ignored_layers`): a float8_e4m3fn `weight` and its float32 `weight_scale_inv` (one per
   128x128 block), exactly as NeMo RL's `fp8.load_weights` produced them (generator side) or the
-  trainer sent them (`refit.quantize_on: trainer`).
+  trainer sent them (`refit.quantize_on: trainer`);
+* MXFP8 layers (`vllm_cfg.is_mx`): a float8_e4m3fn `weight` and its uint8 E8M0
+  `weight_scale_from_checkpoint` (one byte per 1x32 block along K), the name and layout NeMo
+  RL's `quantize_mxfp8_weight` loads (vLLM keeps a swizzled copy for its kernel; the values are
+  the same).
 
 Compute (W8A8 emulation of vLLM's block-FP8 linear, BF16 elsewhere):
 `y = bf16(fq_a(bf16(x)) @ (q * scale_inv)^T)` with `fq_a` the dynamic 1x128 activation
 quantize-dequantize of `nemo_fp8_rl.fp8` (power-of-2 scales with
-`pow2_activation_scaling_factors`); BF16 layers compute `bf16(bf16(x) @ W^T)`. Embeddings,
+`pow2_activation_scaling_factors`); MXFP8 layers `y = bf16(fq_mx(bf16(x)) @ (q * 2^(e-127))^T)`
+with `fq_mx` the 1x32 quantize-dequantize by the weights' rule (vLLM's `mxfp8_e4m3_quantize`,
+`refit.nemo_mxfp8`); BF16 layers compute `bf16(bf16(x) @ W^T)`. Embeddings,
 norms and the LM head keep BF16 values (vLLM `dtype: bfloat16`) in FP32 tensors. FP8 KV
 cache (`kv_cache_dtype: fp8`): K/V quantize-dequantized with the per-layer `k_scale`/`v_scale`
 the refit sends (`nemo_fp8_rl.fp8.kv_cache`); `q_scale` is stored, not applied.
@@ -40,11 +46,14 @@ from nemo_fp8_rl.engines.nemo.cpu.vllm_names import LinearBase
 from nemo_fp8_rl.fp8 import FP8Spec, dequantize, fake_quantize
 from nemo_fp8_rl.fp8.emulation import round_to_bf16
 from nemo_fp8_rl.fp8.kv_cache import FP8KVCacheState, enable_fp8_kv_cache_emulation
+from nemo_fp8_rl.refit.nemo_mxfp8 import MX_BLOCK, dequantize_mxfp8, reference_quantize
 
 FP8 = torch.float8_e4m3fn
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 BLOCK = 128
 SCALE_SUFFIX = "_scale_inv"
+MX_SCALE_SUFFIX = "_scale_from_checkpoint"
+SCALE_SUFFIXES = (SCALE_SUFFIX, MX_SCALE_SUFFIX)
 WEIGHT_SPEC = FP8Spec("e4m3", "blockwise", "fp32")  # dequantize only multiplies by scale_inv
 KV_SCALES = ("self_attn.k_scale", "self_attn.v_scale", "self_attn.attn.q_scale")
 
@@ -68,15 +77,32 @@ class ServedWeightError(ValueError):
         return type(self), (self.where, self.problems)
 
 
-class ServedLinear(LinearBase):
-    """A decoder linear layer as vLLM holds it: BF16, or FP8 with block scales (module doc)."""
+def fake_quantize_mx(x: torch.Tensor) -> torch.Tensor:
+    """MXFP8 quantize-dequantize of activations along the last dim, by vLLM's rule."""
+    q, scales = reference_quantize(x)
+    return dequantize_mxfp8(q, scales)
 
-    def __init__(self, linear: nn.Linear, fp8: bool, act_spec: FP8Spec) -> None:
+
+class ServedLinear(LinearBase):
+    """A decoder linear layer as vLLM holds it: BF16, FP8 with block scales, or MXFP8 (`mx`)
+    with E8M0 bytes (module doc)."""
+
+    def __init__(self, linear: nn.Linear, fp8: bool, act_spec: FP8Spec, mx: bool = False) -> None:
         super().__init__()
         out_features, in_features = linear.weight.shape
         self.in_features, self.out_features = in_features, out_features
-        self.fp8, self.act_spec = fp8, act_spec
-        if fp8:
+        self.fp8, self.act_spec, self.mx = fp8, act_spec, fp8 and mx
+        if self.mx:
+            if in_features % MX_BLOCK:
+                raise ValueError(
+                    f"an MXFP8 layer needs in_features a multiple of {MX_BLOCK}, got {in_features}"
+                )
+            grid = (out_features, in_features // MX_BLOCK)
+            self.weight = nn.Parameter(torch.zeros(out_features, in_features, dtype=FP8), False)
+            self.weight_scale_from_checkpoint = nn.Parameter(
+                torch.full(grid, 127, dtype=torch.uint8), False
+            )
+        elif fp8:
             grid = (math.ceil(out_features / BLOCK), math.ceil(in_features / BLOCK))
             self.weight = nn.Parameter(torch.zeros(out_features, in_features, dtype=FP8), False)
             self.weight_scale_inv = nn.Parameter(torch.ones(grid, dtype=torch.float32), False)
@@ -88,7 +114,9 @@ class ServedLinear(LinearBase):
 
     def refresh(self) -> None:
         """Recompute the FP32 weight the matmul uses from the held weight (after a commit)."""
-        if self.fp8:
+        if self.mx:
+            self._w = dequantize_mxfp8(self.weight.data, self.weight_scale_from_checkpoint.data)
+        elif self.fp8:
             self._w = dequantize(self.weight.data, self.weight_scale_inv.data, WEIGHT_SPEC)
         else:
             self._w = self.weight.data.float()
@@ -97,13 +125,16 @@ class ServedLinear(LinearBase):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """W8A8 emulation for FP8 layers, BF16 emulation otherwise (module docstring)."""
         h = round_to_bf16(x.float())
-        if self.fp8:
+        if self.mx:
+            h = fake_quantize_mx(h)
+        elif self.fp8:
             h = fake_quantize(h, self.act_spec)
         return round_to_bf16(F.linear(h, self._w, self._b)).to(x.dtype)
 
     def extra_repr(self) -> str:
         """Shape and precision."""
         kind = f"fp8 act={self.act_spec.granularity}/{self.act_spec.scale}" if self.fp8 else "bf16"
+        kind = "mxfp8 (1x32, e8m0)" if self.mx else kind
         return f"in={self.in_features}, out={self.out_features}, {kind}"
 
 
@@ -127,9 +158,9 @@ def _bf16_output(module: nn.Module, args: tuple, output: torch.Tensor) -> torch.
 
 
 def _expected_dtype_ok(held: torch.dtype, sent: torch.dtype) -> bool:
-    """FP8 arrives as FP8; anything else as a floating dtype that is not FP8."""
-    if held == FP8:
-        return sent == FP8
+    """FP8 arrives as FP8, E8M0 bytes as uint8; anything else as a floating dtype, not FP8."""
+    if held in (FP8, torch.uint8):
+        return sent == held
     return sent.is_floating_point and sent not in (FP8, torch.float8_e5m2)
 
 
@@ -137,7 +168,8 @@ class ServedModel(nn.Module):
     """The HF model with `ServedLinear` decoder layers, loaded and refit transactionally.
 
     Parameter names are the HF checkpoint's (`model.layers.0.self_attn.q_proj.weight`, ...),
-    plus `<linear>.weight_scale_inv` for FP8 layers. The HF model itself is held outside the
+    plus `<linear>.weight_scale_inv` for FP8 layers (`<linear>.weight_scale_from_checkpoint` for
+    MXFP8 ones). The HF model itself is held outside the
     module tree (its submodules `model` and `lm_head` are registered here), so each parameter
     has exactly its HF name.
     """
@@ -145,14 +177,19 @@ class ServedModel(nn.Module):
     packed_modules_mapping: dict[str, list[str]] = {}
 
     def __init__(
-        self, hf_model: nn.Module, fp8_modules: set[str], act_spec: FP8Spec, kv_fp8: bool
+        self,
+        hf_model: nn.Module,
+        fp8_modules: set[str],
+        act_spec: FP8Spec,
+        kv_fp8: bool,
+        mx: bool = False,
     ) -> None:
         super().__init__()
         object.__setattr__(self, "hf", hf_model)
         self.tied = bool(getattr(hf_model.config, "tie_word_embeddings", False))
         for fqn, linear in _decoder_linears(hf_model):
             parent, _, child = fqn.rpartition(".")
-            served = ServedLinear(linear, fqn in fp8_modules, act_spec)
+            served = ServedLinear(linear, fqn in fp8_modules, act_spec, mx)
             setattr(hf_model.get_submodule(parent), child, served)
         self.model = hf_model.model
         self.lm_head = hf_model.lm_head
@@ -232,7 +269,7 @@ class ServedModel(nn.Module):
                 self._set_scale(name, float(tensor.reshape(-1)[0]))
                 continue
             param = params[name]
-            if param.dtype == FP8 or name.endswith(SCALE_SUFFIX):
+            if param.dtype in (FP8, torch.uint8) or name.endswith(SCALE_SUFFIXES):
                 param.copy_(tensor)
             else:
                 param.copy_(round_to_bf16(tensor.float()))  # vLLM holds BF16 values
@@ -272,7 +309,8 @@ def refit_info_problems(
 ) -> list[str]:
     """Why NeMo RL's refit metadata `{name: (shape, dtype)}` does not fit `model` (empty: it
     does). Generator side: FP8 layers arrive in higher precision and NeMo RL quantizes them
-    on receipt; trainer side: they arrive as FP8 pairs with their `_scale_inv`."""
+    on receipt; trainer side: they arrive as FP8 pairs with their `_scale_inv` (MXFP8:
+    `_scale_from_checkpoint`)."""
     problems: list[str] = []
     held = dict(model.named_parameters())
     for name, (shape, dtype) in info.items():
@@ -281,11 +319,11 @@ def refit_info_problems(
             if not dtype.is_floating_point or dtype in FP8_DTYPES:
                 problems.append(f"{name}: dtype {dtype} in a refit the generator quantizes")
             problems += model.problems(name, shape, FP8)  # the shape against the FP8 weight
-        elif not trainer_quantized and name.endswith("_scale_inv"):
+        elif not trainer_quantized and name.endswith(SCALE_SUFFIXES):
             problems.append(f"{name}: a scale in a refit the generator quantizes itself")
         else:
             problems += model.problems(name, shape, dtype)
-    expected = {n for n in held if trainer_quantized or not n.endswith("_scale_inv")}
+    expected = {n for n in held if trainer_quantized or not n.endswith(SCALE_SUFFIXES)}
     if model.tied:
         expected.discard("lm_head.weight")
     missing = sorted(expected - set(info))

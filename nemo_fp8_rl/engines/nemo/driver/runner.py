@@ -55,6 +55,20 @@ from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
 from nemo_fp8_rl.runs import lock, outputs, rundir
 
 
+def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
+    """MXFP8 rollout settings the NeMo RL in use would not run as written (`mx_support`)."""
+    from nemo_fp8_rl.engines.nemo.driver.mx_support import mx_problems
+
+    if info.location is None:
+        return
+    problems = mx_problems(recipe.config, Path(info.location).parent)
+    if problems:
+        raise EngineConfigError(
+            f"{recipe.name} cannot run on {info.describe()}:\n"
+            + "\n".join(f"  - {p.line_text()}" for p in problems)
+        )
+
+
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
     """Check the run dir (`rundir.check_owner`) and resume vs existing checkpoints, clear the old
     run on --overwrite, then write recipe.yaml and the hand-off config."""
@@ -307,6 +321,7 @@ def run(
     try:
         platform.set_environment()  # before NeMo RL is imported
         info = compat.require_supported()
+        _refuse_mx_problems(recipe, info)
         run_dir = prepare_run_dir(recipe, resume, overwrite)
         write_environment(run_dir, info)
         export_package_path(run_dir)

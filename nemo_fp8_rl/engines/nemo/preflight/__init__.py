@@ -237,6 +237,22 @@ def _rehearse(recipe: Recipe, work: Path, not_run: list[str], live: dict[str, An
     return r
 
 
+def _mx_findings(config: dict[str, Any], tree: Path) -> list[LocatedError]:
+    """`mx_support`'s refusals (is_mx unread by this NeMo RL; an MXFP8 MoE backend), located;
+    the engine refuses them before it starts, so they come first."""
+    from nemo_fp8_rl.engines.nemo.driver.mx_support import mx_problems, num_experts
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import NoLocalCopy, model_config
+
+    try:
+        experts: int | None = num_experts(model_config(config["policy"]["model_name"]))
+    except NoLocalCopy:
+        experts = None
+    return [
+        LocatedError(p.key, p.file, p.line, p.what, p.fix)
+        for p in mx_problems(config, tree, experts)
+    ]
+
+
 MEGATRON_FILES = (
     "nemo_rl/models/megatron/setup.py",
     "nemo_rl/models/policy/workers/megatron_policy_worker.py",
@@ -331,7 +347,8 @@ def _preflight(recipe: Recipe) -> PreflightResult:
         defaults = exemplar_keys(tree)
     except FileNotFoundError:
         defaults = {}  # an installed NeMo RL without examples/: fixes name no default value
-    config, errors, not_run, result = copy.deepcopy(recipe.config), [], [], None
+    config, not_run, result = copy.deepcopy(recipe.config), [], None
+    errors = _mx_findings(config, tree)
     rounds = 0
     with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-preflight-") as tmp:
         for rounds in range(1, MAX_ROUNDS + 1):

@@ -96,6 +96,16 @@ def _error(tree: Path, message: str, fix: str) -> LocatedError:
     return LocatedError(KEY, FP8_FILE, _line(tree), message, fix)
 
 
+def _served_scheme(llm_kwargs: Mapping[str, Any], qcfg: Mapping[str, Any]) -> str | None:
+    """What FP8 weights vLLM is built with: "block" (128x128), "mxfp8" (ModelOpt MXFP8, NeMo RL's
+    `is_mx`) or None."""
+    if llm_kwargs.get("quantization") != "fp8":
+        return None
+    if qcfg.get("quant_algo") == "MXFP8":
+        return "mxfp8"
+    return "block" if qcfg.get("weight_block_size") == [128, 128] else None
+
+
 def refit_findings(
     config: Mapping[str, Any],
     llm_kwargs: Mapping[str, Any] | None,
@@ -107,28 +117,31 @@ def refit_findings(
         return []
     fix = f"set {KEY}: generator, or align policy.generation.vllm_cfg with the model"
     qcfg = (llm_kwargs.get("hf_overrides") or {}).get("quantization_config") or {}
-    if llm_kwargs.get("quantization") != "fp8" or qcfg.get("weight_block_size") != [128, 128]:
-        return [
-            _error(
-                tree,
-                f"vLLM is given quantization={llm_kwargs.get('quantization')!r}, "
-                f"weight_block_size={qcfg.get('weight_block_size')!r}: no 128x128 block FP8 "
-                "weights for the trainer's pairs",
-                fix,
-            )
-        ]
     export = export_shapes(hf_config)
     num_layers = int(hf_config["num_hidden_layers"])
     try:
-        _, entries = plan_layout(export, rules_for_worker(config["policy"], num_layers))
+        rules = rules_for_worker(config["policy"], num_layers)
+        _, entries = plan_layout(export, rules)
     except UserError as exc:  # the worker's prepare_refit_info would stop the same way
         return [_error(tree, f"{exc.where}: {exc.what}", exc.fix)]
+    served = _served_scheme(llm_kwargs, qcfg)
+    if served != ("mxfp8" if rules.mx else "block"):
+        return [
+            _error(
+                tree,
+                f"vLLM is given quantization={llm_kwargs.get('quantization')!r} with "
+                f"{ {k: qcfg.get(k) for k in ('weight_block_size', 'quant_algo')} }: it serves "
+                f"{served or 'no FP8 weights'}, the trainer's pairs are "
+                f"{'MXFP8' if rules.mx else '128x128 block FP8'}",
+                fix,
+            )
+        ]
     metadata = {n: (t.shape, t.dtype) for n, t in shape_only(entries)}
     vllm = vllm_fp8_names(
         [n for n, _ in export], num_layers, list(qcfg.get("ignored_layers") or [])
     )
     try:
-        check_refit_info(metadata, vllm.__contains__, where="preflight")
+        check_refit_info(metadata, vllm.__contains__, where="preflight", mx=rules.mx)
     except RefitPayloadError as exc:
         shown = "; ".join(exc.problems[:6]) + ("; ..." if len(exc.problems) > 6 else "")
         return [

@@ -1,5 +1,6 @@
 """Trainer-side FP8 refit (`refit.quantize_on: trainer`): the Megatron worker's refit stream with
-every weight vLLM holds in FP8 replaced by its (E4M3, FP32 `_scale_inv`) pair.
+every weight vLLM holds in FP8 replaced by its (E4M3, FP32 `_scale_inv`) pair, or with
+`vllm_cfg.is_mx` its (E4M3, uint8 E8M0 `_scale_from_checkpoint`) pair.
 
 NeMo RL's Megatron worker produces one stream of (HF name, tensor) pairs,
 `_iter_params_with_optional_kv_scales`, and reads it three times: `prepare_refit_info` (the
@@ -13,12 +14,13 @@ broadcast, non-colocated). `QuantizeOnTrainer` overrides that one method:
   stream then yields shape-only tensors of what will be sent: for an FP8 weight of shape (m, n)
 
       name            float8_e4m3fn  (m, n)
-      name_scale_inv  float32        (ceil(m/128), ceil(n/128))
+      name_scale_inv  float32        (ceil(m/128), ceil(n/128))      block FP8
+      name_scale_from_checkpoint  uint8  (m, n/32)                 MXFP8 (is_mx)
 
   and grouped MoE expert slabs as their per-expert pairs where NeMo RL expands them (7ea279a);
 * at every refit (`quantized_stream`): the same entries with the tensors quantized by
-  `refit.nemo_fp8` (bit-identical to NeMo RL's `cast_tensor_to_fp8_blockwise`), one exported
-  tensor at a time.
+  `refit.nemo_fp8` (bit-identical to NeMo RL's `cast_tensor_to_fp8_blockwise`, or with is_mx to
+  its `quantize_mxfp8_weight`), one exported tensor at a time.
 
 Everything else (embeddings, norms, the LM head, BF16-kept layers, FP8 KV-cache scales and
 `draft.`-prefixed draft-model weights, which NeMo RL's vLLM side routes to the drafter in BF16)
@@ -40,6 +42,7 @@ DRAFT_PREFIX = "draft."  # NeMo RL's prefix for trainer-owned draft-model weight
 NEMO_FP8_MODULE = "nemo_rl.models.generation.vllm.quantization.fp8"
 EXPANSION = "def _expand_grouped_moe_expert_to_fp8"
 NESTED_RANGES = "bf16_params.append(_get_params_in_layers"
+READS_IS_MX = 'vllm_cfg.get("is_mx")'
 
 
 def nemo_rl_fp8_source() -> str:
@@ -57,8 +60,9 @@ def nemo_rl_fp8_source() -> str:
 def rules_for_worker(cfg: Mapping[str, Any], num_layers: int) -> NemoFp8Rules:
     """FP8 layout rules from a NeMo RL policy worker's config (`cfg["generation"]["vllm_cfg"]`),
     for the NeMo RL in use: 7ea279a expands grouped MoE expert slabs per expert (v0.7.0 passes
-    them on in BF16), and v0.7.0 hands vLLM its BF16 layer ranges as a nested list vLLM never
-    matches (`bf16_params.append`, fp8.py:214), so there those keys decide nothing."""
+    them on in BF16), v0.7.0 hands vLLM its BF16 layer ranges as a nested list vLLM never
+    matches (`bf16_params.append`, fp8.py:214), so there those keys decide nothing, and v0.7.0
+    does not read `is_mx` (refused there)."""
     vllm_cfg = (cfg.get("generation") or {}).get("vllm_cfg") or {}
     source = nemo_rl_fp8_source()
     return NemoFp8Rules.from_vllm_cfg(
@@ -66,6 +70,7 @@ def rules_for_worker(cfg: Mapping[str, Any], num_layers: int) -> NemoFp8Rules:
         num_layers,
         expand_grouped_experts=EXPANSION in source,
         bf16_layer_ranges_apply=NESTED_RANGES not in source,
+        reads_is_mx=READS_IS_MX in source,
     )
 
 

@@ -8,8 +8,9 @@ ModelOpt worker names its extension (`nemo_rl/modelopt/models/generation/vllm_qu
 Two methods differ from NeMo RL's `VllmInternalWorkerExtension`:
 
 * `prepare_refit_info` checks the whole metadata against the model (`check_refit_info`, with
-  NeMo RL's own `_is_fp8_weight` deciding what vLLM holds in FP8) before storing it; a mismatch
-  raises there, during setup, before any refit.
+  NeMo RL's own `_is_fp8_weight` deciding what vLLM holds in FP8, and its `global_fp8_config
+  .is_mx` whether the pairs are block FP8 or MXFP8) before storing it; a mismatch raises there,
+  during setup, before any refit.
 * `_load_weights` runs NeMo RL's loading path (Gemma-3 names, draft split, the FP8 branch) with
   its FP8 step, `fp8.load_weights` (quantize, then `model.load_weights`), replaced for the call
   by `load_prequantized` (check the chunk, then `model.load_weights` with the pairs as sent).
@@ -73,11 +74,13 @@ class TrainerFp8WorkerExtension(VllmInternalWorkerExtension):
             raise RefitPayloadError(
                 "prepare_refit_info",
                 [
-                    "vLLM runs without FP8 weights (no block-FP8 quant_config), so FP8 pairs have "
+                    "vLLM runs without FP8 weights (no block-FP8 or MXFP8 quant_config), so FP8 "
+                    "pairs have "
                     "nowhere to go; refit.quantize_on: trainer needs vllm_cfg.precision: fp8"
                 ],
             )
-        check_refit_info(state_dict_info, partial(holds_fp8, runner.model))
+        mx = bool(getattr(fp8.global_fp8_config, "is_mx", False))
+        check_refit_info(state_dict_info, partial(holds_fp8, runner.model), mx=mx)
         super().prepare_refit_info(state_dict_info)
 
     def _load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> None:
