@@ -220,52 +220,52 @@ PROBED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.dow
 FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
-def _refit_inside(vllm_worker: Any, path: str, noise: float) -> dict[str, Any]:
-    """Inside vLLM's worker: NeMo RL's refit path (`_weight_update_lifecycle` around
-    `_load_weights`, in two batches, as `update_weights_via_ipc_zmq` runs it minus ZeroMQ) with
-    the checkpoint's weights times (1 + noise * N(0, 1)); then each probed linear layer of
-    decoder layer 0 as served against x @ W^T of the weights sent (an FP8 layer against the
-    block-FP8 dequantization NeMo RL's refit quantizes them to)."""
-    from nemo_rl.models.generation.vllm.quantization import fp8
-    from safetensors.torch import load_file
-
-    from nemo_fp8_rl.engines.nemo.cpu.vllm_cpu_weights import replaced
-
-    model = vllm_worker.model_runner.model
-    before = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
-    gen = torch.Generator().manual_seed(1)
-    sent = {
-        k: (v.float() * (1 + noise * torch.randn(v.shape, generator=gen))).to(torch.bfloat16)
-        for k, v in load_file(f"{path}/model.safetensors").items()
-    }
-    items = list(sent.items())
-    with vllm_worker._weight_update_lifecycle("ipc") as finalize:
-        vllm_worker._load_weights(items[: len(items) // 2])
-        vllm_worker._load_weights(items[len(items) // 2 :])
-        finalize()
-    errors = {}
-    for probed in PROBED:
-        layer = model.get_submodule(f"model.layers.0.{probed}")
-        x = torch.randn(5, layer.input_size, generator=gen).to(torch.bfloat16)
-        leaf = probed.rsplit(".", 1)[1]
-        parts = [f"model.layers.0.{probed.rsplit('.', 1)[0]}.{p}.weight"
-                 for p in FUSED.get(leaf, (leaf,))]  # fmt: skip
-        w = torch.cat([sent[p] for p in parts]).float()
-        if layer.weight.dtype == torch.float8_e4m3fn:
-            q, s = fp8.cast_tensor_to_fp8_blockwise(w, weight_block_size=[128, 128])
-            s = s.squeeze(-1).repeat_interleave(128, 0).repeat_interleave(128, 1)
-            w = q.float() * s[: w.shape[0], : w.shape[1]]
-        ref = x.float() @ w.T
-        served = layer.quant_method.apply(layer, x).float()
-        errors[probed] = float((served - ref).norm() / ref.norm())
-    after = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
-    return {"replaced_before": before, "replaced_after": after, "errors": errors}
-
-
 def _refit(worker: Any, noise: float) -> dict[str, Any]:
+    """`_refit_inside` run in the actor's vLLM worker (closures: Ray pickles them by value)."""
     import ray
 
     actor, path = worker
+
+    def _refit_inside(vllm_worker: Any, path: str, noise: float) -> dict[str, Any]:
+        """Inside vLLM's worker: NeMo RL's refit path (`_weight_update_lifecycle` around
+        `_load_weights`, in two batches, as `update_weights_via_ipc_zmq` runs it minus ZeroMQ) with
+        the checkpoint's weights times (1 + noise * N(0, 1)); then each probed linear layer of
+        decoder layer 0 as served against x @ W^T of the weights sent (an FP8 layer against the
+        block-FP8 dequantization NeMo RL's refit quantizes them to)."""
+        from nemo_rl.models.generation.vllm.quantization import fp8
+        from safetensors.torch import load_file
+
+        from nemo_fp8_rl.engines.nemo.cpu.vllm_cpu_weights import replaced
+
+        model = vllm_worker.model_runner.model
+        before = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
+        gen = torch.Generator().manual_seed(1)
+        sent = {
+            k: (v.float() * (1 + noise * torch.randn(v.shape, generator=gen))).to(torch.bfloat16)
+            for k, v in load_file(f"{path}/model.safetensors").items()
+        }
+        items = list(sent.items())
+        with vllm_worker._weight_update_lifecycle("ipc") as finalize:
+            vllm_worker._load_weights(items[: len(items) // 2])
+            vllm_worker._load_weights(items[len(items) // 2 :])
+            finalize()
+        errors = {}
+        for probed in PROBED:
+            layer = model.get_submodule(f"model.layers.0.{probed}")
+            x = torch.randn(5, layer.input_size, generator=gen).to(torch.bfloat16)
+            leaf = probed.rsplit(".", 1)[1]
+            parts = [f"model.layers.0.{probed.rsplit('.', 1)[0]}.{p}.weight"
+                     for p in FUSED.get(leaf, (leaf,))]  # fmt: skip
+            w = torch.cat([sent[p] for p in parts]).float()
+            if layer.weight.dtype == torch.float8_e4m3fn:
+                q, s = fp8.cast_tensor_to_fp8_blockwise(w, weight_block_size=[128, 128])
+                s = s.squeeze(-1).repeat_interleave(128, 0).repeat_interleave(128, 1)
+                w = q.float() * s[: w.shape[0], : w.shape[1]]
+            ref = x.float() @ w.T
+            served = layer.quant_method.apply(layer, x).float()
+            errors[probed] = float((served - ref).norm() / ref.norm())
+        after = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
+        return {"replaced_before": before, "replaced_after": after, "errors": errors}
 
     def in_actor(generation_worker: Any) -> dict[str, Any]:
         (out,) = generation_worker.llm.collective_rpc(_refit_inside, args=(str(path), noise))
