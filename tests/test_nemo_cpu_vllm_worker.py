@@ -301,7 +301,7 @@ def test_a_refit_loads_into_the_parameters_vllms_cpu_build_replaced_and_serves_t
     loads into them all the same (`restore_replaced` before, `pack_fp8` after), and every probed
     layer then computes from the weights sent: BF16 to BF16 rounding, FP8 to the kernel's
     rounding of the block-FP8 dequantization (W8A16). Without the restore the refit fails
-    ("Attempted to load weight ... into parameter (torch.Size([0]))"); without the packing the
+    ("'Parameter' object has no attribute 'weight_loader'"); without the packing the
     FP8 layers' outputs are unrelated to their weights (relative error about 1.4)."""
     first = _refit(worker, noise=0.0)
     assert {e < 0.01 for e in first["errors"].values()} == {True}, first["errors"]

@@ -96,8 +96,8 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "torch.cuda.get_device_capability() in _resolve_enable_prefix_caching, the hard-coded "
         "enable_sleep_mode=True ('Sleep mode is not supported on current platform') and the "
         "sleep/wake_up calls; its refit then fails at the first update (vLLM's CPU backend packs "
-        "unquantized linear weights and empties the parameter: 'Attempted to load weight "
-        "(torch.Size([128, 384])) into parameter (torch.Size([0]))'), and NeMo RL's FP8 patch of "
+        "unquantized linear weights and replaces the parameter by an empty plain one: "
+        "'Parameter' object has no attribute 'weight_loader'), and NeMo RL's FP8 patch of "
         "process_weights_after_loading skips the CPU kernel's packing (served FP8 layers' "
         "relative error 1.41 against x @ dequant(W)^T, 0.002 packed)",
     ),

@@ -11,8 +11,8 @@ and the model it loads into:
    (`CPUFp8BlockScaledMMKernel.process_weights_after_loading`) likewise replaces the FP8
    weight by a VNNI-packed plain parameter and the block scales by a plain one. NeMo RL's refit
    loads into the parameters (`model.load_weights`, each parameter's `weight_loader`), so on
-   the replaced ones it fails ("Attempted to load weight (torch.Size([128, 384])) into
-   parameter (torch.Size([0]))").
+   the replaced ones it fails ("'Parameter' object has no attribute 'weight_loader'": the
+   emptied parameter is a plain one).
 2. NeMo RL's FP8 patch (`fp8.process_weights_after_loading`, in place of vLLM's
    `Fp8LinearMethod.process_weights_after_loading` so parameters keep their identity across
    refits) never calls the kernel's own step, which on a GPU only re-lays out for DeepGEMM
