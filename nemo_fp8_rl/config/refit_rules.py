@@ -7,7 +7,9 @@ project's Megatron worker sends each FP8 weight as its (E4M3, FP32 `_scale_inv`)
 project's vLLM worker extension loads the pairs as they are. That path exists only where both
 project workers stand in for NeMo RL's, and only for 128x128 block FP8; every other setting is
 refused here with the NeMo RL code that makes it different (file:line in the vendored
-snapshots v0.7.0 and 7ea279a).
+snapshots v0.7.0 and 7ea279a). A CPU recipe loads with it (NeMo RL's loop on CPU runs it,
+`--engine nemo`); the embedded engine, which refits through `refit.bridge`, refuses it itself
+(`engines.local.precision.check_cpu_support`).
 """
 
 from __future__ import annotations
@@ -33,15 +35,6 @@ def _get(config: dict, key: str, default: Any = None) -> Any:
 def _refusals(config: dict) -> list[tuple[str, str, str]]:
     """(key, problem, fix) for every setting the trainer-side quantization path cannot serve."""
     out: list[tuple[str, str, str]] = []
-    if _get(config, "cluster.gpus_per_node") == 0:
-        out.append(
-            (
-                "cluster.gpus_per_node",
-                "quantize_on: trainer is a NeMo RL engine setting; the embedded CPU engine "
-                "refits through refit.bridge",
-                f"remove {KEY}",
-            )
-        )
     if _get(config, f"{GEN}.backend") != "vllm":
         out.append(
             (
