@@ -46,3 +46,33 @@ def test_commands_flags_and_recipes_complete(script: str) -> None:
 def test_flags_are_read_from_each_commands_help() -> None:
     assert "--checkpoint" in completion.command_flags("eval")
     assert "--no-plots" in completion.command_flags("compare")
+
+
+def test_a_recipe_file_name_is_never_run(tmp_path, monkeypatch) -> None:
+    """A recipe pack holding `$(touch pwned).yaml`: pressing TAB after --recipe offers the name
+    as it is and runs nothing (`compgen -W` used to expand it, running `touch`)."""
+    import shutil as sh
+
+    from nemo_fp8_rl.config import project_root
+
+    home = tmp_path / "project"
+    for name in ("recipes", "configs"):
+        sh.copytree(project_root() / name, home / name)
+    evil = home / "recipes" / "evil"
+    evil.mkdir()
+    (evil / "$(touch pwned).yaml").write_text("defaults: tiny/grpo-tiny-qwen3-cpu-bf16\n")
+    (evil / "`touch pwned2`.yaml").write_text("defaults: tiny/grpo-tiny-qwen3-cpu-bf16\n")
+    monkeypatch.setenv("NEMO_FP8_RL_HOME", str(home))
+    script = tmp_path / "nemo_fp8_rl.bash"
+    script.write_text(completion.bash_script())
+    here = tmp_path / "here"
+    here.mkdir()
+    program = (
+        f"source {script}; COMP_WORDS=(nemo_fp8_rl.train --recipe evil/); COMP_CWORD=2; "
+        '_nemo_fp8_rl; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+    out = subprocess.run(
+        ["bash", "-c", program], capture_output=True, text=True, check=True, cwd=here
+    )
+    assert out.stdout.splitlines() == ["evil/$(touch pwned)", "evil/`touch pwned2`"]
+    assert list(here.iterdir()) == [] and not (tmp_path / "pwned").exists()

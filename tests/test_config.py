@@ -295,6 +295,11 @@ RULE_CASES = {
         "refit:\n  quantize_on: trainer\n",
         "policy.generation.vllm_cfg.precision: refit.quantize_on: trainer: BF16 rollout",
     ),
+    "engine_rules": (
+        ROOT / "recipes/llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-2n8g-async-1off-fp8.yaml",
+        "grpo:\n  use_dynamic_sampling: true\n",
+        "grpo.use_dynamic_sampling: True is refused with grpo.async_grpo.enabled",
+    ),
 }
 
 
@@ -322,5 +327,6 @@ def test_every_rule_is_exercised():
         "parallel_sizes_divide_cluster",
         "quantize_on_trainer",
         "four_bit_emulation",
+        "engine_rules",
     }
     assert {rule.__name__ for rule in RULES} == covered

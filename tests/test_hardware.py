@@ -50,16 +50,19 @@ def test_fp8_needs_ada_or_newer_and_bf16_runs_anywhere():
     assert _keys(load_recipe(BASE).config, A100) == []
 
 
-def test_engine_check_uses_the_local_gpu(monkeypatch):
-    """The NeMo RL engine's pre-start check reports what this machine's GPU cannot run."""
+def test_engine_check_uses_the_workers_gpu_never_the_local_one(monkeypatch):
+    """The NeMo RL engine's pre-start check decides for the workers' GPU type (`slurm.gpu`,
+    `--gpu`, the partition), not for this machine's: a Hopper driver refuses nothing for
+    Blackwell workers, and a GPU-less or Blackwell driver does not pass Hopper workers."""
     import nemo_fp8_rl.config.hardware as hw
 
-    recipe = load_recipe(BASE, MXFP8)
     monkeypatch.setattr(hw, "local_gpu", lambda: (H100, "NVIDIA H100 80GB HBM3 (9.0)"))
-    problems = check_recipe(recipe)
-    assert any("MXFP8 training needs a Blackwell GPU" in p for p in problems)
-    monkeypatch.setattr(hw, "local_gpu", lambda: None)  # no GPU visible (a CPU driver node)
-    assert check_recipe(recipe) == []
+    assert check_recipe(load_recipe(BASE, [*MXFP8, "slurm.gpu=B200"])) == []
+    monkeypatch.setattr(hw, "local_gpu", lambda: (B200, "NVIDIA B200 (10.0)"))
+    problems = check_recipe(load_recipe(BASE, [*MXFP8, "slurm.gpu=H100"]))
+    assert any("MXFP8 training (E8M0 scales) needs Blackwell" in p for p in problems), problems
+    monkeypatch.setattr(hw, "local_gpu", lambda: None)  # a CPU driver node
+    assert check_recipe(load_recipe(BASE, MXFP8)) == []  # workers' GPU not named: not decided
 
 
 @pytest.mark.gpu

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,8 +86,22 @@ def ok(proc: subprocess.CompletedProcess) -> None:
 @pytest.fixture(scope="module")
 def five_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
     run_dir = tmp_path_factory.mktemp("loop") / "run"
-    ok(train(run_dir, "grpo.max_num_steps=5"))
+    proc = train(run_dir, "grpo.max_num_steps=5")
+    ok(proc)
+    (run_dir.parent / "train.out").write_text(proc.stdout)
     return run_dir
+
+
+def test_the_guard_rails_count_the_served_layers_and_judge_the_health(five_steps: Path) -> None:
+    """The served-precision check reached the CPU generation worker actor at step 0 and after
+    the first refit (NeMo RL's patches in place, every decoder linear block FP8), and the
+    closing summary judged the run's mismatch (docs/guard-rails.md)."""
+    out = (five_steps.parent / "train.out").read_text()
+    for when in ("step 0", "after refit 1"):
+        line = next(x for x in out.splitlines() if x.startswith(f"served-precision ({when}):"))
+        assert re.search(r"\d+ fp8-block; NeMo RL FP8 patches in place$", line), line
+        assert "bf16" not in line
+    assert "health (fp8):" in out
 
 
 def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) -> None:

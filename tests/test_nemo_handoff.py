@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import yaml
 
-from nemo_fp8_rl.config import find_recipes, load_recipe, short_name
+from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
 from nemo_fp8_rl.engines.nemo import to_nemo_config
 from nemo_fp8_rl.engines.nemo.driver import runner
 from nemo_fp8_rl.engines.nemo.driver.handoff import HANDOFF_FILE, write_handoff
@@ -99,10 +99,26 @@ def test_hand_set_output_paths_are_used_and_never_removed(tmp_path) -> None:
     assert f"checkpoint_dir: {ckpt}" in handed and f"log_dir: {logs}" in handed
     (ckpt / "step_3").mkdir(parents=True)
     (logs / "exp_001").mkdir(parents=True)
-    with pytest.raises(runner.EngineConfigError, match="removes only paths derived"):
+    with pytest.raises(RecipeError, match="never a folder set by hand"):
         runner.prepare_run_dir(recipe, resume=False, overwrite=True)
     assert (ckpt / "step_3").is_dir() and (logs / "exp_001").is_dir()
     assert runner.prepare_run_dir(recipe, resume=True) == run_dir
+
+
+def test_overwrite_never_removes_a_hand_set_folder_of_user_files(tmp_path) -> None:
+    """A hand-set checkpoint_dir holding no step_* folder but the user's files: --overwrite
+    used to remove it whole (`_clear_outputs` -> rmtree); it is refused and left as it was."""
+    mine = tmp_path / "mine"
+    (mine / "thesis").mkdir(parents=True)
+    (mine / "thesis" / "chapter1.tex").write_text("results\n")
+    recipe = load_recipe(
+        "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8",
+        [f"checkpointing.checkpoint_dir={mine}"],
+        run_dir=tmp_path / "r",
+    )
+    with pytest.raises(RecipeError, match="holds files NeMo RL does not write there"):
+        runner.prepare_run_dir(recipe, resume=False, overwrite=True)
+    assert (mine / "thesis" / "chapter1.tex").read_text() == "results\n"
 
 
 def test_build_loss_restores_the_calibrator_from_the_resume_checkpoint(tmp_path) -> None:

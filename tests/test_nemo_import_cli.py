@@ -169,3 +169,19 @@ def test_train_seeds_takes_a_nemo_config(tmp_path, capsys):
         assert f"checkpointing.checkpoint_dir={Path.cwd() / 'results' / 'grpo' / 'seed-2'}" in out
     else:
         assert code == 3 and "needs the NeMo RL engine" in err  # a GPU config, no NeMo RL here
+
+
+def test_data_plane_is_written_off_with_the_reason(tmp_path):
+    """NeMo RL's TransferQueue configs (data_plane.enabled: true) import with the data plane
+    off, as the engine runs NeMo RL's legacy data path, and the recipe's header says so."""
+    src = _nemo_shaped(tmp_path)
+    base = tmp_path / "grpo_base.yaml"
+    data = yaml.safe_load(base.read_text())
+    data["data_plane"]["enabled"] = True
+    base.write_text(yaml.safe_dump(data))
+    out = tmp_path / "mine.yaml"
+    assert recipes_cli.main(["import", str(src), str(out)]) == 0
+    assert load_recipe(out).config["data_plane"]["enabled"] is False
+    assert "NeMo RL's data_plane.enabled: True is written False (the NeMo RL engine" in (
+        out.read_text()
+    )

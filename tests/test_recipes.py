@@ -343,5 +343,3 @@ def test_four_bit_overlay_on_a_gpu_recipe_is_refused(tmp_path):
     child.write_text(f"defaults:\n  - {bf16}\n  - {overlay}\n")
     with pytest.raises(ValueError, match="nvfp4 emulation runs on the embedded CPU engine only"):
         load_recipe(child)
-
-

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from nemo_fp8_rl.analysis.accuracy_check import nonfinite_reason, not_comparable
+from nemo_fp8_rl.analysis.health import health_notes
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs, precision_of
 from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
@@ -121,6 +123,9 @@ def summarize_run(run: RunData) -> RunSummary:
     values: dict[str, float] = {}
     missing: list[str] = []
     notes = list(run.notes)
+    reason = nonfinite_reason(run, accuracy_metrics([run])[0][0])
+    if reason is not None:
+        notes.append(reason)
     for column in COLUMNS:
         series, found = run.find(column.metric)
         series = series.finite() if series is not None else None
@@ -265,8 +270,11 @@ def accuracy_gap(reference: RunData, run: RunData) -> tuple[float, str, int] | N
     The study's primary endpoint: validation accuracy (`accuracy_metrics`: BF16 generation when
     both runs logged it) averaged over every common validation step after step 0 (step 0 is the
     policy before any GRPO step, the same in a fair pair); without one, the mean reward of the last `TAIL_STEPS` common steps.
-    Returns (points, what was compared, step), or None.
+    Returns (points, what was compared, step), or None (also when either run's accuracy holds
+    a NaN or an infinity: `accuracy_check`; the verdict never falls back to reward for it).
     """
+    if not_comparable([reference, run], accuracy_metrics([reference, run])[0][0]):
+        return None
     for metric, label in (*accuracy_metrics([reference, run]), ("train/reward", "reward")):
         steps, table = align([reference, run], metric)
         both = np.flatnonzero(np.isfinite(table).all(axis=0) & (steps > 0))
@@ -286,12 +294,13 @@ def verdict(
     tolerance_points: float,
     no_speed: str = f"no {STEP_TIME}",
     speed_text: str | None = None,
+    why_not: str | None = None,
 ) -> str:
     """One line: accuracy against the reference, speed (or why it is unknown: `no_speed`), and
     entropy health of one run."""
     ref = "BF16" if reference.precision == "bf16" else reference.name
     if gap is None:
-        accuracy = (
+        accuracy = why_not or (
             "accuracy not comparable (neither validation accuracy nor train/reward in both runs)"
         )
     elif abs(gap[0]) <= tolerance_points:
@@ -345,10 +354,14 @@ def compare_runs(
             tolerance_points,
             speed_unknown_reason(runs[ref], r),
             pace(runs[ref], r, speedup(runs[ref], r), speed_unknown_reason(runs[ref], r)),
+            not_comparable([runs[ref], r], accuracy_metrics([runs[ref], r])[0][0]),
         )
         for i, (r, s) in enumerate(zip(runs, summaries, strict=True))
         if i != ref and s.precision != "bf16"
     ]
+    notes = health_notes(runs, [s.precision for s in summaries], ref)
+    for summary, extra in zip(summaries, notes, strict=True):
+        summary.notes += extra
     configs = [r.config for r in runs]
     diff = diff_configs([r.name for r in runs], configs) if all(configs) else None
     return Comparison(list(runs), summaries, diff, verdicts, ref)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nemo_fp8_rl.analysis import stats
+from nemo_fp8_rl.analysis.accuracy_check import excluded_runs
 from nemo_fp8_rl.analysis.compare import (
     COLUMNS,
     DEFAULT_TOLERANCE_POINTS,
@@ -140,6 +141,7 @@ class Gap:
     paired: bool
     label: str
     step: int | None
+    excluded: list[str] = field(default_factory=list)  # runs left out, with why
 
 
 @dataclass
@@ -263,14 +265,28 @@ def accuracy_values(runs: Sequence[RunData]) -> tuple[list[float], str, int | No
 
 
 def group_gap(reference: RunGroup, group: RunGroup) -> Gap | None:
-    """Accuracy of `group` minus `reference`, in points, paired by seed where possible."""
-    values, label, step = accuracy_values([*reference.runs, *group.runs])
+    """Accuracy of `group` minus `reference`, in points, paired by seed where possible.
+
+    A run whose accuracy holds a NaN or an infinity is left out (`accuracy_check`): its value
+    is NaN here, the other runs are compared on validation accuracy as before, and the reason
+    is added to its group's notes. None when either side has no run left to compare."""
+    runs = [*reference.runs, *group.runs]
+    excluded = excluded_runs(runs, accuracy_metrics(runs)[0][0])
+    for i, reason in excluded.items():
+        owner = reference if i < len(reference.runs) else group
+        if reason not in owner.notes:
+            owner.notes.append(reason)
+    kept = [r for i, r in enumerate(runs) if i not in excluded]
+    kept_values, label, step = accuracy_values(kept) if kept else ([], "", None)
+    filled = iter(kept_values)
+    values = [np.nan if i in excluded else next(filled) for i in range(len(runs))]
     ref_values, values = values[: len(reference.runs)], values[len(reference.runs) :]
     a, b = reference.keyed(ref_values), group.keyed(values)
     if not np.isfinite(ref_values).any() or not np.isfinite(values).any():
         return None
     interval, paired = stats.difference(a, b)
-    return Gap(interval, paired, label, step)
+    names = [runs[i].name for i in sorted(excluded)]
+    return Gap(interval, paired, label, step, names)
 
 
 def _reference_index(summaries: Sequence[GroupSummary]) -> int:
@@ -289,7 +305,7 @@ def group_verdict(
     who = "BF16" if ref.precision == "bf16" else ref.name
     head = f"{summary.name} ({summary.precision.upper()}, {_seeds_text(summary.seeds)})"
     if gap is None:
-        return f"{head}: accuracy not comparable (no validation accuracy or train/reward in both)"
+        return f"{head}: accuracy not comparable (no validation accuracy or train/reward in both; see the notes)"
     iv = gap.interval
     where = f"{gap.label}" + (f" at step {gap.step}" if gap.step is not None else "")
     if iv.has_interval:
@@ -310,6 +326,10 @@ def group_verdict(
             side = "higher" if iv.estimate > 0 else "lower"
             accuracy = f"{abs(iv.estimate):.1f} points {side} than {who}"
         accuracy += f" ({where}); this {ONE_RUN}"
+    if gap.excluded:
+        accuracy += (
+            f"; {', '.join(gap.excluded)} left out: a NaN or infinite accuracy (see the notes)"
+        )
     parts = [accuracy]
     if clip_ratio is not None and np.isfinite(clip_ratio.estimate):
         text = stats.format_interval(clip_ratio, "{:.2f}x")  # Fieller; ∞ when unbounded

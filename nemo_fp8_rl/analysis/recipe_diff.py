@@ -43,6 +43,11 @@ FORCED = {
         "unless the KV cache is pinned (NeMo RL's grpo-llama3.1-8b-instruct-1n8g-megatron-"
         "fp8-rollouts.v3.yaml pins 20 GiB)"
     ),
+    "policy.generation.vllm_cfg.env_vars.VLLM_USE_RAY_V2_EXECUTOR_BACKEND": (
+        "FP8 patches reach vLLM's workers: vLLM 0.25.1 (NeMo RL main) defaults to RayExecutorV2, "
+        "which NeMo RL's FP8 patches miss at vLLM TP x PP > 1 (NVIDIA-NeMo/RL#3755); '0' selects "
+        "the v1 Ray executor they wrap"
+    ),
 }
 REFIT_PREFIXES = ("refit.", "policy.refit_", "policy.generation.refit_")
 CALIBRATION_PREFIXES = ("loss_fn.calibration.",)

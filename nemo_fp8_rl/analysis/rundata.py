@@ -257,12 +257,13 @@ def _read_config(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     path = root / RECIPE_NAME
     if not path.is_file():
         return None, []
-    import yaml
+    from nemo_fp8_rl.config.errors import RecipeError
+    from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as exc:
-        return None, [f"{path}: not valid YAML, recipe ignored ({exc})"]
+        config = load_yaml_file(path)
+    except RecipeError as exc:
+        return None, [f"{path}: not a readable recipe, ignored ({exc.issues[0].problem})"]
     if not isinstance(config, dict):
         return None, [f"{path}: not a mapping, recipe ignored"]
     return config, []

@@ -138,6 +138,24 @@ def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> N
     )
 
 
+def add_gpu_arg(parser: argparse.ArgumentParser) -> None:
+    """`--gpu TYPE`: the workers' GPU type, which the FP8 guard rails decide for (sets slurm.gpu)."""
+    from nemo_fp8_rl.config.gpus import gpu_names
+
+    parser.add_argument(
+        "--gpu",
+        metavar="TYPE",
+        help=f"the workers' GPU type ({', '.join(gpu_names())}): FP8 scale formats and the memory "
+        "check are decided for it, never for this machine's GPU (sets slurm.gpu)",
+    )
+
+
+def gpu_overrides(args: argparse.Namespace) -> list[str]:
+    """The override `--gpu` stands for (none without it)."""
+    gpu = getattr(args, "gpu", None)
+    return [f"slurm.gpu={gpu}"] if gpu else []
+
+
 def _known(exc: BaseException) -> tuple[int, str] | None:
     """(exit code, message) for the failures a user can cause; None for an internal error."""
     from nemo_fp8_rl.config import RecipeError

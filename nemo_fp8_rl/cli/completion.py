@@ -5,7 +5,9 @@
 
 The script is generated from the commands themselves: each command's flags are read from its
 `--help` (so a new flag completes once it exists), recipe names (`--recipe`, `--config`,
-`recipes show|validate|cp`) from `recipes/`, and every other value completes as a path. It
+`recipes show|validate|cp`) from `recipes/`, and every other value completes as a path. Recipe
+names are matched as plain text and never expanded: a recipe file named `$(touch pwned).yaml`
+completes as that name and runs nothing (`compgen -W` would expand it). It
 completes the console scripts `nemo_fp8_rl.<command>` and `nemo_fp8_rl <command>` (in an
 activated environment, or after `uv run`: `uv run nemo_fp8_rl.train --re<TAB>` completes
 through uv's own arguments only if uv's completion passes them on, so activating `.venv` is the
@@ -38,10 +40,13 @@ def command_flags(name: str) -> list[str]:
 
 
 def recipe_names() -> list[str]:
-    """Every recipe as `train --recipe` takes it (`<folder>/<name>`)."""
+    """Every recipe as `train --recipe` takes it (`<folder>/<name>`), one a line in the script:
+    a name that holds a line break or another control character is left out (the script
+    compares names as text and never expands them, whatever else they hold)."""
     from nemo_fp8_rl.config.locations import find_recipes, short_name
 
-    return sorted(short_name(p) for p in find_recipes())
+    names = (short_name(p) for p in find_recipes())
+    return sorted(n for n in names if n.isprintable())
 
 
 def bash_script() -> str:
@@ -66,10 +71,16 @@ _nemo_fp8_rl() {{
     else
         cmd="${{cmd#nemo_fp8_rl.}}"
     fi
-    local recipes={shlex.quote(" ".join(recipe_names()))}
+    local recipes={shlex.quote(chr(10).join(recipe_names()))}
     if [[ "$prev" == --recipe || "$prev" == --config ]] || \\
        [[ "$cmd" == recipes && "$prev" =~ ^(show|validate|cp)$ ]]; then
-        COMPREPLY=($(compgen -W "$recipes" -- "$cur") $(compgen -f -- "$cur"))
+        # names compared as plain text, never expanded (compgen -W would run $(...) in a name)
+        local name
+        COMPREPLY=()
+        while IFS= read -r name; do
+            [[ -n "$name" && "$name" == "$cur"* ]] && COMPREPLY+=("$name")
+        done <<< "$recipes"
+        mapfile -t -O "${{#COMPREPLY[@]}}" COMPREPLY < <(compgen -f -- "$cur")
         return 0
     fi
     case "$cmd" in
@@ -79,7 +90,7 @@ _nemo_fp8_rl() {{
     if [[ "$cur" == -* ]]; then
         COMPREPLY=($(compgen -W "$flags" -- "$cur"))
     else
-        COMPREPLY=($(compgen -f -- "$cur"))
+        mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     fi
 }}
 complete -o filenames -F _nemo_fp8_rl nemo_fp8_rl {" ".join(f"nemo_fp8_rl.{c}" for c in COMMANDS)}

@@ -41,24 +41,30 @@ def installed(dists: tuple[str, ...], module: str) -> str:
             continue
     try:
         found = util.find_spec(module) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a broken one
+    except Exception:  # noqa: BLE001 (a parent package missing, or one that fails to import)
         found = False
     return "installed (no version metadata)" if found else "not installed"
 
 
 def gpus() -> str:
-    """The GPUs torch sees, with their compute capability, or why there are none."""
+    """The GPUs torch sees, with their compute capability, or why there are none. A torch that
+    fails to import or to query its devices, with whatever error (a broken CUDA library raises
+    OSError or RuntimeError, not ImportError), is reported as such: this is the command a bug
+    report is written with, so it must not fail where torch does."""
     try:
         import torch
-    except ImportError as exc:
-        return f"unknown (torch does not import: {exc})"
-    cuda = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
-    if not torch.cuda.is_available():
-        return f"none visible ({cuda})"
-    names = []
-    for i in range(torch.cuda.device_count()):
-        major, minor = torch.cuda.get_device_capability(i)
-        names.append(f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})")
+    except Exception as exc:  # noqa: BLE001 (any failure is the answer)
+        return f"unknown (torch does not import: {type(exc).__name__}: {exc})"
+    try:
+        cuda = f"CUDA build {torch.version.cuda}" if torch.version.cuda else "CPU-only build"
+        if not torch.cuda.is_available():
+            return f"none visible ({cuda})"
+        names = []
+        for i in range(torch.cuda.device_count()):
+            major, minor = torch.cuda.get_device_capability(i)
+            names.append(f"{torch.cuda.get_device_name(i)} (sm_{major}{minor})")
+    except Exception as exc:  # noqa: BLE001
+        return f"unknown (torch cannot list the GPUs: {type(exc).__name__}: {exc})"
     return f"{len(names)}: {', '.join(names)} ({cuda})"
 
 

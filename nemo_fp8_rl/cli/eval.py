@@ -110,9 +110,7 @@ def evaluate_run(
     )
     for name, b in scores.items():
         if b.correct is not None:
-            shown = ", ".join(
-                f"pass@{k} {v:.3f}" for k, v in b.to_json()["pass_at_k"].items()
-            )
+            shown = ", ".join(f"pass@{k} {v:.3f}" for k, v in b.to_json()["pass_at_k"].items())
             print(f"  {name}: {shown} (n={b.samples_per_problem} samples x {b.num_problems})")
     for name, why in missing.items():
         print(f"  missing {name}: {why}")

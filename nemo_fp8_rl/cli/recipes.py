@@ -20,7 +20,10 @@ The recipes under recipes/: list them, show one resolved, validate them, or copy
 commands:
   list (ls) [PATTERN] [--json]    every recipe (or those whose name matches PATTERN) with model,
                                   cluster, precision and calibration
-  show R [--sources] [key=value]  the resolved recipe as YAML (--sources: the file that set each key)
+  show R [--sources] [key=value]  the resolved recipe as YAML (--sources: the file that set each key);
+                                  a recipe for one GPU family names its sibling for the other
+  show R --memory [--gpu T]       the per-GPU memory estimate, trainer and vLLM, on H100, H200,
+                                  B200 and GB200 (or the workers' type T)
   validate [R ...]                load and check recipes (all when none is given)
   cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
      [--full]                     from any folder (--full: every key, no defaults:)"""
@@ -123,6 +126,47 @@ def cmd_validate(refs: list[str]) -> int:
     return USAGE if failed else 0
 
 
+def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: str | None) -> int:
+    """The resolved recipe (with its other-GPU-family sibling named), or its memory estimate."""
+    from nemo_fp8_rl.guards.siblings import sibling_line
+
+    recipe = load_recipe(ref, overrides)
+    if memory:
+        return _show_memory(recipe, gpu)
+    if gpu:
+        raise UsageError("--gpu", "goes with --memory", "add --memory, or drop --gpu")
+    line = sibling_line(recipe.path, recipe.config)
+    sys.stdout.write((f"{line}\n" if line else "") + recipe.to_yaml(with_sources=sources))
+    return 0
+
+
+def _show_memory(recipe, gpu: str | None) -> int:
+    from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+    from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
+    from nemo_fp8_rl.guards.memory import breakdown
+
+    if recipe.config["cluster"]["gpus_per_node"] == 0:
+        raise UsageError(
+            recipe.name, "a CPU recipe has no GPU memory estimate", "name a GPU recipe"
+        )
+    if gpu and find_gpu(gpu) is None:
+        raise UsageError(
+            "--gpu", f"unknown GPU type {gpu!r}", f"use one of {', '.join(gpu_names())}"
+        )
+    model = recipe.config["policy"]["model_name"]
+    hf = model_config(model)
+    if hf is None:
+        raise UsageError(
+            "policy.model_name",
+            f"no config.json for {model} here (shipped, a local folder, or the HF cache)",
+            "download the model's config.json into the Hugging Face cache, or point "
+            "policy.model_name at a folder holding it",
+        )
+    print(f"memory estimate of {recipe.name} per GPU:")
+    print(breakdown(recipe.config, hf, [find_gpu(gpu).name] if gpu else None))
+    return 0
+
+
 def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     from nemo_fp8_rl.config.recipe_copy import copy_recipe
 
@@ -222,6 +266,12 @@ def _parser() -> ArgumentParser:
         "--sources", action="store_true", help="annotate each key with the file that set it"
     )
     show.add_argument(
+        "--memory",
+        action="store_true",
+        help="the per-GPU memory estimate (trainer and vLLM) instead of the YAML",
+    )
+    show.add_argument("--gpu", metavar="TYPE", help="with --memory: only this GPU type")
+    show.add_argument(
         "overrides",
         nargs="*",
         default=[],
@@ -262,10 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd in ("list", "ls"):
         return cmd_list(args.pattern, args.json)
     if args.cmd == "show":
-        sys.stdout.write(
-            load_recipe(args.recipe, args.overrides).to_yaml(with_sources=args.sources)
-        )
-        return 0
+        return cmd_show(args.recipe, args.overrides, args.sources, args.memory, args.gpu)
     if args.cmd == "cp":
         return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
     if args.cmd == "import":

@@ -20,6 +20,7 @@ from typing import Any
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.cli.refit_source import HF, classify
+from nemo_fp8_rl.config.safe_files import located_disk_full
 from nemo_fp8_rl.config.user_error import UsageError, UserError
 
 DESCRIPTION = """\
@@ -76,11 +77,14 @@ def _hf_source(kind: str, src: Path, out: Path) -> Iterator[Path]:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.trained-"))
+    kept = "the earlier export is kept" if out.exists() else "nothing was written"
     try:
         print(f"exporting the trained weights of {src}")
-        yield write_hf_folder(src, tmp / "hf")
+        with located_disk_full(out, kept):  # the BF16 folder is written beside `out`
+            hf = write_hf_folder(src, tmp / "hf")
+        yield hf
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp above
 
 
 def cmd_export(args: argparse.Namespace) -> int:

@@ -27,9 +27,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.cli.common import SEEDS_SYNTAX, ArgumentParser, add_recipe_args, run_main
+from nemo_fp8_rl.cli.common import (
+    SEEDS_SYNTAX,
+    ArgumentParser,
+    add_gpu_arg,
+    add_recipe_args,
+    gpu_overrides,
+    run_main,
+)
 from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_command
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import rundir
@@ -92,6 +99,7 @@ def _submit_parser() -> argparse.ArgumentParser:
         prog="nemo_fp8_rl.submit", usage=USAGE, description=DESCRIPTION, examples=EXAMPLES
     )
     add_recipe_args(p)
+    add_gpu_arg(p)
     p.add_argument("--nodes", type=int, help="nodes to allocate (default: cluster.num_nodes)")
     p.add_argument("--run-dir", type=Path, help="run directory (default: runs/<recipe name>)")
     p.add_argument(
@@ -186,7 +194,7 @@ def preflight_gate(recipe, skip: bool) -> int | None:
     ok, why = available()
     if not ok:
         print(f"preflight skipped: NeMo RL is not importable here ({why})", file=sys.stderr)
-        return None
+        return guard_gate(recipe)
     from nemo_fp8_rl.engines.nemo.preflight import preflight
 
     result = preflight(recipe)
@@ -194,11 +202,39 @@ def preflight_gate(recipe, skip: bool) -> int | None:
     if not result.ok:
         raise UsageError(
             recipe.name,
-            f"not submitted: the preflight found {len(result.errors)} problem(s), listed above",
+            f"not submitted: the preflight found {result.problem_count} problem(s), listed above",
             "fix each in the recipe (or with an override), or submit without the rehearsal "
             "with --no-preflight",
         )
     return None
+
+
+def _gate_recipe(recipe, partition: str | None):
+    """The recipe as the checks see it: `--partition` names the workers' partition (whose GRES
+    tell their GPU type when neither --gpu nor slurm.gpu does)."""
+    if not partition:
+        return recipe
+    import copy
+    import dataclasses
+
+    config = copy.deepcopy(recipe.config)
+    config.setdefault("slurm", {})["partition"] = partition
+    return dataclasses.replace(recipe, config=config)
+
+
+def guard_gate(recipe) -> None:
+    """The guard rails alone (no NeMo RL here: its tree's checks skip, saying so)."""
+    from nemo_fp8_rl.engines.nemo.driver.guard_rails import pre_launch_report
+
+    report = pre_launch_report(recipe)
+    print(report.render(), file=sys.stderr)
+    if not report.ok:
+        raise UsageError(
+            recipe.name,
+            f"not submitted: the guard rails found {len(report.errors)} problem(s), listed above",
+            "fix each in the recipe (or with an override), or submit without the checks with "
+            "--no-preflight",
+        )
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -214,6 +250,7 @@ def run_submit(args: argparse.Namespace) -> int:
         raise UsageError(
             "--resume", "continues a run and --overwrite starts it over", "give one of them"
         )
+    args.overrides = [*args.overrides, *gpu_overrides(args)]
     recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
     flags = {
         **_job_flags(args),
@@ -221,6 +258,7 @@ def run_submit(args: argparse.Namespace) -> int:
         "resume": args.resume or None,
         "overwrite": args.overwrite or None,
     }
+    check_job_engine(recipe, args)
     if args.seeds is not None:
         array = _array_flags(recipe, args)
         if array is None:
@@ -243,7 +281,7 @@ def run_submit(args: argparse.Namespace) -> int:
         rundir.check_owner(
             spec.run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite
         )
-    refused = preflight_gate(recipe, skip=args.no_preflight)
+    refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
     if refused is not None:
         return refused
     _, script_file = write_job_files(recipe, script, spec.log_root)
@@ -259,6 +297,35 @@ def run_submit(args: argparse.Namespace) -> int:
     else:
         print(f"Output: {spec.log_root}/slurm-{job_id}.out")
     return 0
+
+
+def check_job_engine(recipe, args: argparse.Namespace) -> None:
+    """What the job's `train` would refuse on the node, refused here (dry run included): the
+    engine the job runs (the embedded one for a CPU recipe, NeMo RL for a GPU recipe) and its
+    rules, and hand-set output folders (`engines.choose.check_engine`; this machine's GPU is
+    not the job's). A job array cannot give each task its own hand-set folder: refused."""
+    from nemo_fp8_rl.config.recipe import hand_set_paths
+    from nemo_fp8_rl.engines.choose import check_engine
+
+    engine = "local" if recipe.config["cluster"]["gpus_per_node"] == 0 else "nemo"
+    check_engine(
+        recipe,
+        engine,
+        here=False,
+        resume=args.resume,
+        overwrite=args.overwrite,
+        outputs=args.seeds is None,
+    )
+    if args.seeds is not None:
+        issues = hand_set_paths(
+            recipe,
+            "a job array trains every seed with the same recipe file, so the seeds would share "
+            "this folder",
+            "remove it (each seed then writes under <run dir>/seed-<k>), or submit each seed "
+            "on its own with grpo.seed=<k> and its own folder",
+        )
+        if issues:
+            raise RecipeError(recipe.name, issues)
 
 
 def _plan_seeds(recipe, args: argparse.Namespace) -> dict[int, str]:

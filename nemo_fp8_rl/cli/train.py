@@ -16,12 +16,23 @@ import signal
 import sys
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import ArgumentParser, add_recipe_args, run_main
+from nemo_fp8_rl.cli.common import (
+    ArgumentParser,
+    add_gpu_arg,
+    add_recipe_args,
+    gpu_overrides,
+    run_main,
+)
 from nemo_fp8_rl.cli.train_seeds import add_seed_args, main_seeds
 from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.config.safe_files import check_folder
 from nemo_fp8_rl.config.user_error import UsageError
-from nemo_fp8_rl.engines.choose import EngineUnavailable, choose_engine, require_nemo_rl
+from nemo_fp8_rl.engines.choose import (
+    EngineUnavailable,
+    check_engine,
+    choose_engine,
+    require_nemo_rl,
+)
 from nemo_fp8_rl.runs.endpoints import probe_loggers
 from nemo_fp8_rl.runs.seeds import check_overrides as check_seed_overrides
 from nemo_fp8_rl.runs.seeds import parse_seeds, raise_on_sigterm
@@ -70,6 +81,7 @@ def _parser() -> ArgumentParser:
     parser.add_argument(
         "--no-progress", action="store_true", help="plain log lines instead of a progress bar"
     )
+    add_gpu_arg(parser)
     add_seed_args(parser)
     return parser
 
@@ -77,6 +89,7 @@ def _parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_intermixed_args(argv)
+    args.overrides = [*args.overrides, *gpu_overrides(args)]
     if args.resume and args.overwrite:
         parser.error("--resume continues a run and --overwrite starts it over; give one")
     if args.seeds is None and args.parallel != 1:
@@ -91,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         return main_seeds(args)
     recipe = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     if args.dry_run:
-        return dry_run(recipe, args.engine)
+        return dry_run(recipe, args.engine, resume=args.resume, overwrite=args.overwrite)
     if args.preflight:
         return preflight(recipe)
     engine = choose_engine(recipe, args.engine)
+    # what the engine refuses once it runs (rules, hand-set output folders), refused now
+    check_engine(recipe, engine, resume=args.resume, overwrite=args.overwrite)
     probe_loggers(recipe.config)  # a dead MLflow or W&B endpoint: refused before Ray starts
     kwargs = dict(resume=args.resume, progress=not args.no_progress, overwrite=args.overwrite)
     if engine == "local":
@@ -131,16 +146,20 @@ def print_run_note(run_dir, loss_fn: dict) -> None:
         print("\n".join(lines))
 
 
-def dry_run(recipe, requested: str) -> int:
+def dry_run(recipe, requested: str, *, resume: bool = False, overwrite: bool = False) -> int:
     """Print the resolved recipe and the engine that would run it. Where no engine can run it
-    here, the end says so and the exit code is 3, as the real `train`'s (the error line on
-    stderr, after the YAML, so that it is the last thing a terminal shows)."""
+    here, the end says so and the exit code is 3, as the real `train`'s; where the engine
+    would refuse the recipe (`engines.choose.check_engine`: its rules, hand-set output
+    folders), exit 2 as the real `train` does (the error line on stderr, after the YAML, so
+    that it is the last thing a terminal shows)."""
     print(recipe.to_yaml(), end="")
     try:
-        print(f"# engine: {choose_engine(recipe, requested)}  run dir: {recipe.run_dir}")
+        engine = choose_engine(recipe, requested)
     except EngineUnavailable as exc:
         print(f"# engine: none ({exc})")
         raise
+    print(f"# engine: {engine}  run dir: {recipe.run_dir}")
+    check_engine(recipe, engine, resume=resume, overwrite=overwrite)
     return 0
 
 
@@ -154,7 +173,7 @@ def preflight(recipe) -> int:
     if not result.ok:
         raise UsageError(
             recipe.name,
-            f"the preflight found {len(result.errors)} problem(s), listed above",
+            f"the preflight found {result.problem_count} problem(s), listed above",
             "fix each in the recipe (or with an override), then run --preflight again",
         )
     return 0
@@ -182,6 +201,7 @@ def entry() -> None:
     if not ray_exit.is_child() and trains(argv):
         sys.exit(ray_exit.supervise([sys.executable, "-m", "nemo_fp8_rl.cli.train", *argv]))
     run_main(main)()
+
 
 if __name__ == "__main__":
     entry()

@@ -57,7 +57,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
             holds another recipe's run, or one stopped part-way without --resume.
         EngineUnavailable: no engine can run the recipe here.
     """
-    from nemo_fp8_rl.engines.choose import choose_engine
+    from nemo_fp8_rl.engines.choose import check_engine, choose_engine
     from nemo_fp8_rl.runs.lock import check_free
     from nemo_fp8_rl.runs.rundir import check_place
     from nemo_fp8_rl.runs.seed_plan import check_group, seed_actions
@@ -74,10 +74,9 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
     for seed in seeds:  # a seed's folder another process trains in: refused before any child
         check_free(seed_run_dir(group, seed))
     engine = choose_engine(base, args.engine)
-    if engine == "local":  # refused before any seed starts, as a single run refuses it
-        from nemo_fp8_rl.engines.local.runner import refuse_hand_set_paths
-
-        refuse_hand_set_paths(base)
+    # refused before any seed starts, as a single run refuses it (each seed's hand-set output
+    # folder, `<path>/seed-<k>`, is checked by `seed_actions`)
+    check_engine(base, engine, outputs=False)
     args.actions = seed_actions(
         base, seeds, args.overrides, resume=args.resume, overwrite=args.overwrite
     )

@@ -32,6 +32,7 @@ from nemo_fp8_rl.config.user_error import shown
 
 __all__ = [
     "apply_overrides",
+    "count_load",
     "leaf_sources",
     "load_chain",
     "load_parents",
@@ -131,6 +132,21 @@ def load_parents(
     """Merge of the parents of `path` only, with the file's own keys (minus `defaults`) returned too."""
     path = path.resolve()
     loads = [0] if loads is None else loads
+    count_load(path, seen, loads)
+    data = read_yaml(path)
+    parents = parent_list(data.pop("defaults", None), path)
+    merged: dict = {}
+    prov: Provenance = {}
+    for parent in parents:
+        pdata, pprov = load_chain(resolve_parent(parent, path), (*seen, path), loads)
+        merged, prov = merge(merged, prov, pdata, pprov)
+    return merged, prov, data
+
+
+def count_load(path: Path, seen: tuple[Path, ...], loads: list[int]) -> None:
+    """Count one more file of a `defaults:` expansion (`loads`, shared by every file of one
+    recipe) and refuse the expansion past `MAX_PARENT_LOADS` files in all, a cycle (`path`
+    already in `seen`, the files above it), or a chain deeper than `MAX_CHAIN_DEPTH`."""
     loads[0] += 1
     if loads[0] > MAX_PARENT_LOADS:
         top = seen[0] if seen else path
@@ -160,14 +176,6 @@ def load_parents(
             str(path),
         )
         raise RecipeError(str(seen[0]), [issue])
-    data = read_yaml(path)
-    parents = parent_list(data.pop("defaults", None), path)
-    merged: dict = {}
-    prov: Provenance = {}
-    for parent in parents:
-        pdata, pprov = load_chain(resolve_parent(parent, path), (*seen, path), loads)
-        merged, prov = merge(merged, prov, pdata, pprov)
-    return merged, prov, data
 
 
 def parent_list(parents: Any, path: Path) -> list[str]:

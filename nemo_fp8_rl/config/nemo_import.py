@@ -2,8 +2,9 @@
 
 A NeMo RL config (`examples/configs/grpo_math_1B.yaml`, a recipe under
 `examples/configs/recipes/llm/`, or the user's own) is composed with NeMo RL's `defaults:`
-semantics (`nemo_defaults.compose`), `${oc.env:VAR[,default]}` is read from the
-environment as OmegaConf does, and the other interpolations are resolved. The result is laid over
+semantics (`nemo_defaults.compose`), and its interpolations are resolved as
+OmegaConf resolves them, `${oc.env:VAR[,default]}` read from the environment (`interpolate`); a
+literal `${` left in a value (an environment variable's) is written escaped, so it stays literal. The result is laid over
 the project's base config, which fills the keys NeMo RL's file leaves out and the project's own
 sections (`local`, `refit`, `slurm`, `loss_fn.calibration`) with their defaults. `--fp8` lays an
 FP8 overlay (`configs/precision/fp8-*.yaml`) on top, `--calibrated` the calibrated clipping
@@ -14,8 +15,6 @@ with the key and file that make it so.
 
 from __future__ import annotations
 
-import os
-import re
 import sys
 import tempfile
 from dataclasses import dataclass, field
@@ -25,12 +24,14 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
-from nemo_fp8_rl.config.interpolate import resolve_all
+from nemo_fp8_rl.config.interpolate import escape_literals, resolve_all
 from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
 from nemo_fp8_rl.config.locations import base_config_path, configs_dir
 from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
+from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
+from nemo_fp8_rl.config.user_error import UsageError
 
 FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
 CALIBRATION_OVERLAY = "loss/calibrated-clipping"
@@ -38,7 +39,6 @@ FP8_IS_SOURCE = "--fp8 (NeMo RL asserts importance-sampling correction for FP8 r
 # Keys the base config sets on where NeMo RL, when a config leaves them out, has them off: a
 # config without them keeps NeMo RL's behaviour (ClippedPGLossConfig: NotRequired, None = no TIS).
 ABSENT_IN_NEMO_RL: dict[str, Any] = {"loss_fn.truncated_importance_sampling_type": None}
-_ENV = re.compile(r"\$\{oc\.env:([A-Za-z_][A-Za-z0-9_]*)(?:,([^}]*))?\}")
 
 
 @dataclass
@@ -52,6 +52,7 @@ class Imported:
     filled: list[str] = field(default_factory=list)
     derived: dict[str, Any] = field(default_factory=dict)
     changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # the NeMo RL file and its parents
 
 
 def is_nemo_rl_config(path: Path) -> bool:
@@ -64,10 +65,11 @@ def is_nemo_rl_config(path: Path) -> bool:
     return "grpo" in config and not {"local", "refit"} & set(config)
 
 
-def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
-    """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it."""
+def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict, dict[str, str]]:
+    """`path` composed and resolved as NeMo RL's `load_config` + OmegaConf would do it; every
+    file of its `defaults:` chain is appended to `files`."""
     path = Path(path).resolve()
-    config, prov = compose(path)
+    config, prov = compose(path, (), None, files)
     if "grpo" not in config:
         issue = ConfigIssue(
             "grpo",
@@ -76,47 +78,55 @@ def load_nemo_config(path: Path) -> tuple[dict, dict[str, str]]:
             str(path),
         )
         raise RecipeError(str(path), [issue])
-    issues: list[ConfigIssue] = []
-    config = _read_env(config, "", prov, issues)
-    resolved, interp = resolve_all(config)
-    issues += [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    issues = shape_issues(config, prov)
     if issues:
         raise RecipeError(str(path), issues)
-    return resolved, prov
+    resolved, interp = resolve_all(config, env=True)
+    issues = [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    if issues:
+        raise RecipeError(str(path), issues)
+    return escape_literals(resolved), prov
 
 
-def _read_env(node: Any, key: str, prov: dict[str, str], issues: list[ConfigIssue]) -> Any:
-    """`${oc.env:VAR[,default]}` replaced by the environment's value (OmegaConf's resolver)."""
-    if isinstance(node, dict):
-        return {k: _read_env(v, f"{key}{k}.", prov, issues) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_read_env(v, key, prov, issues) for v in node]
-    if not isinstance(node, str) or "${oc.env:" not in node:
-        return node
+# Sections the import reads as mappings: every top-level section of NeMo RL's master config,
+# and the policy's sub-sections `_refusals` and `_translate` look into (null: absent).
+SECTIONS = ("grpo", "loss_fn", "policy", "data", "env", "logger", "cluster", "checkpointing")
+SUBSECTIONS = ("policy.generation", "policy.dtensor_cfg", "policy.megatron_cfg")
 
-    def value(match: re.Match) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in os.environ:
-            return os.environ[name]
-        if default is not None:
-            return default.strip().strip("'\"")
-        dotted = key.rstrip(".")
-        issues.append(
+
+def shape_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+    """A section written as something other than a mapping (`grpo: null`, `policy: [1, 2]`),
+    located at the file that wrote it; NeMo RL's own code would stop on it with a traceback."""
+    out = []
+    for key in (*SECTIONS, *SUBSECTIONS):
+        parent, _, leaf = key.rpartition(".")
+        node = config.get(parent) if parent else config
+        if not isinstance(node, dict) or leaf not in node:
+            continue
+        value = node[leaf]
+        if isinstance(value, dict) or (parent and value is None):
+            continue
+        shown = "null" if value is None else f"a {type(value).__name__} ({_short(value)})"
+        out.append(
             ConfigIssue(
-                dotted,
-                f"needs the environment variable {name} (${{oc.env:{name}}}), which is not set",
-                f"set {name}, as NeMo RL needs it too, or set {dotted} to a value",
-                source_of(prov, dotted),
+                key,
+                f"expected a section (key: value lines under it), got {shown}",
+                f"write {key} as a mapping, or remove it to take NeMo RL's defaults",
+                source_of(prov, key),
             )
         )
-        return match.group(0)
+    return out
 
-    return _ENV.sub(value, node)
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
     """NeMo RL's config at `path` over the project's base, with the chosen overlays on top."""
-    nemo, nemo_prov = load_nemo_config(path)
+    files: list[Path] = []
+    nemo, nemo_prov = load_nemo_config(path, files)
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
     if refusals:
         raise RecipeError(str(path), refusals)
@@ -140,11 +150,16 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
         # NeMo RL's grpo.setup asserts importance-sampling correction for FP8 rollouts.
         fix = {"loss_fn": {"use_importance_sampling_correction": True}}
         config, prov = merge(config, prov, fix, leaf_sources(fix, FP8_IS_SOURCE))
-    return Imported(Path(path).resolve(), config, prov, overlays, filled, derived, changed)
+    source = Path(path).resolve()
+    return Imported(source, config, prov, overlays, filled, derived, changed, files)
 
 
 WHY_CHANGED = {
     "grpo.val_period": "the same: validation off",
+    "data_plane.enabled": (
+        "the NeMo RL engine runs NeMo RL's legacy data path, not the TransferQueue data plane, "
+        "which moves the same batches"
+    ),
     "checkpointing.model_save_format": (
         "NeMo RL's Policy.save_checkpoint refuses a format outside DTensor v2 at the first save"
     ),
@@ -152,8 +167,9 @@ WHY_CHANGED = {
 
 
 def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
-    """NeMo RL values the project spells otherwise, or that would stop NeMo RL's own run:
-    key -> (NeMo RL's value, the recipe's); `WHY_CHANGED` says why."""
+    """NeMo RL values the project spells otherwise, or that would stop the run (NeMo RL's own
+    checks, or the NeMo RL engine's: its data path): key -> (NeMo RL's value, the recipe's);
+    `WHY_CHANGED` says why, and the recipe's header says what changed."""
     changed: dict[str, tuple[Any, Any]] = {}
     grpo = nemo["grpo"]
     if isinstance(grpo.get("val_period"), int) and grpo["val_period"] < 0:
@@ -163,6 +179,9 @@ def _translate(nemo: dict) -> dict[str, tuple[Any, Any]]:
         nemo.get("checkpointing") or {},
         (nemo.get("policy") or {}).get("dtensor_cfg") or {},
     )
+    plane = nemo.get("data_plane")
+    if isinstance(plane, dict) and plane.get("enabled") is True:
+        changed["data_plane.enabled"], plane["enabled"] = (True, False), False
     v2 = dtensor.get("enabled") and dtensor.get("_v2")
     if ckpt.get("enabled") and ckpt.get("model_save_format") is not None and not v2:
         changed["checkpointing.model_save_format"] = (ckpt["model_save_format"], None)
@@ -258,11 +277,47 @@ def to_recipe_text(imported: Imported) -> str:
 
 
 def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> Path:
-    """Write the recipe to `dest` and load it; an invalid result is removed and refused, each
-    problem located at the NeMo RL file, overlay or base key that caused it."""
-    dest = Path(dest)
-    if dest.is_dir():
+    """Write the recipe to `dest` once it loads; an invalid result is refused, each problem
+    located at the NeMo RL file, overlay or base key that caused it, and nothing is written.
+
+    Written with `safe_files.write_atomic` (never through a link; a full disk keeps the file it
+    was to replace), the complete temporary file loaded as a recipe before it replaces `dest`.
+    `dest` is never the NeMo RL config being imported nor one of its parents.
+    """
+    dest = destination(imported, Path(dest), overwrite)
+    if not dest.parent.is_dir():
+        raise UsageError(dest.parent, "no such folder", f"create it first (mkdir -p {dest.parent})")
+
+    def loads(trial: Path) -> None:
+        try:
+            load_recipe(trial)
+        except RecipeError as exc:
+            issues = [_relocate(i, trial, imported.provenance) for i in exc.issues]
+            raise RecipeError(str(imported.source), issues) from None
+
+    write_atomic(dest, to_recipe_text(imported), check=loads)
+    return dest
+
+
+def destination(imported: Imported, dest: Path, overwrite: bool) -> Path:
+    """The file `write_imported` writes (a folder gets the source's file name), checked: a
+    .yaml name, not a symbolic link, not the NeMo RL config or a parent of it, and not an
+    existing file unless `overwrite`."""
+    if dest.is_dir():  # a folder (or a link to one) the user named: the file goes in it
         dest = dest / imported.source.name
+    refuse_link(dest)
+    if dest.suffix not in (".yaml", ".yml"):
+        raise UsageError(
+            dest, "not a .yaml file name", "end the name in .yaml (its runs are named after it)"
+        )
+    resolved = dest.resolve()
+    if resolved in {Path(f).resolve() for f in (imported.source, *imported.files)}:
+        what = "being imported" if resolved == imported.source else "a parent of the one imported"
+        raise UsageError(
+            dest,
+            f"is the NeMo RL config {what}; nothing was written",
+            f"give another FILE.yaml (e.g. {imported.source.stem}-recipe.yaml)",
+        )
     if dest.exists() and not overwrite:
         raise RecipeError(
             str(dest),
@@ -272,14 +327,6 @@ def write_imported(imported: Imported, dest: Path, overwrite: bool = False) -> P
                 )
             ],
         )
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(to_recipe_text(imported))
-    try:
-        load_recipe(dest)
-    except RecipeError as exc:
-        dest.unlink()
-        issues = [_relocate(i, dest, imported.provenance) for i in exc.issues]
-        raise RecipeError(str(imported.source), issues) from None
     return dest
 
 

@@ -198,6 +198,11 @@ class SlurmConfig(_Section):
 
     account: str | None = None
     partition: str | None = None
+    gpu: str | None = Field(
+        None,
+        description="the workers' GPU type (H100, H200, B200, GB200): FP8 scale formats and the "
+        "memory estimate are decided for it; null: read from the partition's GRES (sinfo)",
+    )
     time: str = "04:00:00"
     container: str | None = None
     mounts: list[str] = []
@@ -208,6 +213,19 @@ class SlurmConfig(_Section):
     )
     extra_sbatch_args: list[str] = []
     exclusive: bool = True
+
+    @field_validator("gpu")
+    @classmethod
+    def _known_gpu(cls, gpu: str | None) -> str | None:
+        """A GPU type of `config.gpus` (any spelling it knows), stored by its canonical name."""
+        from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+
+        if gpu is None:
+            return None
+        found = find_gpu(gpu)
+        if found is None:
+            raise ValueError(f"unknown GPU type {gpu!r}; use one of {', '.join(gpu_names())}")
+        return found.name
 
     @field_validator("env", mode="before")
     @classmethod

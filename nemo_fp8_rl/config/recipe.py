@@ -20,6 +20,7 @@ from nemo_fp8_rl.config.locations import (
     resolve_ref,
     short_name,
 )
+from nemo_fp8_rl.config.output_paths import hand_set, place_issues
 from nemo_fp8_rl.config.required_keys import check_env_names, check_missing, deleted_keys
 from nemo_fp8_rl.config.rules import check_rules
 from nemo_fp8_rl.config.schema import (
@@ -112,6 +113,7 @@ def load_recipe(
     issues += check_missing(resolved, _resolved_base(), prov, deleted, str(path))
     issues += check_env_names(resolved, prov)
     issues += check_values(resolved, prov)
+    issues += place_issues(resolved, prov, run_dir)  # a hand-set output path: / , home, a link
     if not interp_issues and not any(i.problem.startswith("expected ") for i in key_issues):
         issues += check_rules(resolved, prov)  # rules read typed values only
     if issues:
@@ -168,4 +170,4 @@ def hand_set_paths(recipe: Recipe, why: str, fix: str) -> list[ConfigIssue]:
 
 def set_by_hand(recipe: Recipe, key: str) -> bool:
     """Whether an output path (`PATH_KEYS`) came from a recipe file or override, not derived."""
-    return recipe.provenance.get(key, "derived") != "derived"
+    return hand_set(recipe.provenance, key)

@@ -7,8 +7,9 @@ path of a parent outside the project. Parents stay parents (not inlined), so the
 follows later fixes to the configs it builds on, and `recipes show --sources` still names them.
 
 Nothing is written unless the copy resolves to exactly the configuration of the original
-(checked on a temporary file beside the target, which is then renamed into place); an existing
-file is replaced only with `overwrite`.
+(checked on a temporary file beside the target, which is then renamed into place:
+`safe_files.write_atomic`, so a full disk keeps the old file); an existing file is replaced only
+with `overwrite`.
 
 With `full`, the copy is the whole resolved configuration instead (as torchtune's `tune cp`
 gives), every key in the file with a comment naming the file that set it, and no `defaults:`:
@@ -19,14 +20,12 @@ The paths derived from the run name (`logger.log_dir`, ...) stay out, as in ever
 from __future__ import annotations
 
 import json
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from nemo_fp8_rl.config.loader import load_chain, parent_list
 from nemo_fp8_rl.config.locations import portable_name, resolve_parent, resolve_ref
-from nemo_fp8_rl.config.safe_files import refuse_link
+from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
 from nemo_fp8_rl.config.user_error import UsageError
 
@@ -119,15 +118,11 @@ def copy_recipe(ref: str, dest: Path, overwrite: bool = False, full: bool = Fals
         )
     refuse_link(dest)
     text = full_text(src, ref) if full else copy_text(src)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.stem}.", suffix=".yaml")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        if load_chain(Path(tmp))[0] != load_chain(src)[0]:
+    original = load_chain(src)[0]
+
+    def same_configuration(tmp: Path) -> None:
+        if load_chain(tmp)[0] != original:
             raise RuntimeError(f"the copy of {src} does not resolve to the same configuration")
-        os.replace(tmp, dest)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+
+    write_atomic(dest, text, mode=0o644, check=same_configuration)
     return dest

@@ -9,7 +9,7 @@ project workers stand in for NeMo RL's, and only for 128x128 block FP8; every ot
 refused here with the NeMo RL code that makes it different (file:line in the vendored
 snapshots v0.7.0 and 7ea279a). A CPU recipe loads with it (NeMo RL's loop on CPU runs it,
 `--engine nemo`); the embedded engine, which refits through `refit.bridge`, refuses it itself
-(`engines.local.precision.check_cpu_support`).
+(`engines.local.recipe_checks.check_cpu_support`).
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nemo_fp8_rl.config.engine_rules import engine_rules
 from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.lowprec_rules import four_bit_emulation
@@ -401,6 +402,7 @@ RULES: tuple[Rule, ...] = (
     parallel_sizes_divide_cluster,
     quantize_on_trainer,
     four_bit_emulation,
+    engine_rules,
 )
 
 

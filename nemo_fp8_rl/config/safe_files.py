@@ -7,16 +7,21 @@ not a regular file (a FIFO would block the writer forever). `write_atomic` write
 sibling (created with O_EXCL, so it never follows a link), fsyncs it and renames it over the
 target: a reader sees the old file or the new one, and when the disk is full (ENOSPC, EDQUOT,
 or EFBIG past a file-size limit) the temporary file is removed, the old file stays, and the
-failure is one located `DiskFull` line. `open_nofollow` opens for appending or locking with
+failure is one located `DiskFull` line (`located_disk_full` does the same for writers that are
+not this module's: safetensors, `save_pretrained`); `write_folder` replaces a whole folder the
+same way. `open_nofollow` opens for appending or locking with
 O_NOFOLLOW. `check_folder` refuses a folder path that is a symbolic link loop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import shutil
 import stat
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
@@ -72,8 +77,17 @@ def disk_full(path: Path, exc: OSError, kept: str) -> DiskFull:
     )
 
 
-def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None:
-    """Replace `path` with `data` atomically; never through a link, the old file kept on failure."""
+def write_atomic(
+    path: Path,
+    data: str | bytes,
+    mode: int | None = None,
+    check: Callable[[Path], object] | None = None,
+) -> None:
+    """Replace `path` with `data` atomically; never through a link, the old file kept on failure.
+
+    `check(tmp)`, when given, reads the complete temporary file before it replaces `path` (a
+    recipe copy that must load as the original does): whatever it raises leaves `path` as it was.
+    """
     path = Path(path)
     refuse_link(path)
     if path.exists() and not path.is_file():
@@ -86,13 +100,78 @@ def write_atomic(path: Path, data: str | bytes, mode: int | None = None) -> None
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
+        if check is not None:
+            check(Path(tmp))
         os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.errno in FULL:
+    except BaseException as exc:
+        Path(tmp).unlink(missing_ok=True)  # ours: created above, never a link (O_EXCL)
+        full = out_of_space(exc)
+        if full is not None:
             kept = "the previous file is kept" if path.exists() else "nothing was written"
-            raise disk_full(path, exc, kept) from exc
+            raise disk_full(path, full, kept) from exc
         raise
+
+
+def out_of_space(exc: BaseException) -> OSError | None:
+    """The disk-full error behind `exc` (an OSError with errno in `FULL`, or a writer's own
+    error that carries only the message, as safetensors' does), else None."""
+    if isinstance(exc, OSError) and exc.errno in FULL:
+        return exc
+    if not isinstance(exc, Exception) or isinstance(exc, UserError):
+        return None
+    text = str(exc)
+    for code in sorted(FULL):
+        if os.strerror(code) in text:
+            return OSError(code, os.strerror(code))
+    return None
+
+
+@contextlib.contextmanager
+def located_disk_full(path: Path, kept: str) -> Iterator[None]:
+    """Turn running out of space inside the block (`out_of_space`) into `DiskFull` naming
+    `path` and saying what was `kept`; the block cleans up what it wrote itself."""
+    try:
+        yield
+    except Exception as exc:
+        full = out_of_space(exc)
+        if full is None:
+            raise
+        raise disk_full(path, full, kept) from exc
+
+
+def write_folder(path: Path, build: Callable[[Path], object], what: str = "folder") -> None:
+    """Replace the folder `path` by one `build(tmp)` fills: built in a temporary sibling (ours,
+    made by `mkdtemp`), swapped in only when complete, the old folder moved aside first and
+    deleted last; `path` itself must not be a link. Any failure leaves `path` as it was; a full
+    disk is a `DiskFull` naming `path` ("the earlier <what> is kept" or "nothing was written")."""
+    path = Path(path)
+    refuse_link(path)
+    if path.exists() and not path.is_dir():
+        raise UnsafePath(path, "is a file, not a folder", "remove it, or choose another path")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    try:
+        build(tmp)
+    except BaseException as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        full = out_of_space(exc)
+        if full is not None:
+            kept = f"the earlier {what} is kept" if path.exists() else "nothing was written"
+            raise disk_full(path, full, kept) from exc
+        raise
+    old = None
+    if path.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        os.replace(path, old / "previous")
+    try:
+        os.replace(tmp, path)
+    except OSError:
+        if old is not None:
+            os.replace(old / "previous", path)
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)  # ours: made by mkdtemp above
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:

@@ -6,8 +6,13 @@ become billions of nodes: the "billion laughs" bomb), and recurses once per nest
 file is refused, with its name and line, when it is not UTF-8 text, is larger than
 `MAX_FILE_BYTES`, repeats a key in one mapping, has a key that is not a string (`yes:` is the
 boolean True in YAML 1.1, `1:` a number; NeMo RL's configs are keyed by names), writes a whole
-number longer than `numbers.MAX_INT_DIGITS` characters, nests deeper than `MAX_DEPTH`, or expands (aliases counted as copies) to more than `MAX_NODES` nodes. Floats follow YAML 1.2 (`1e-6` is
-a number, not a string as in YAML 1.1). Parsing uses libyaml when PyYAML has it (linear time).
+number longer than `numbers.MAX_INT_DIGITS` characters, nests deeper than `MAX_DEPTH`, or expands
+(aliases counted as copies) to more than `MAX_NODES` nodes or more than `MAX_EXPANDED_CHARS`
+characters of text (an alias of a long string is as long as the string: a few hundred KB of
+aliased strings would otherwise become gigabytes once printed or copied). Floats follow YAML 1.2
+(`1e-6` is a number, not a string as in YAML 1.1). Parsing uses libyaml when PyYAML has it
+(linear time). `load_yaml_file` reads any YAML file the project did not write itself (a run's
+saved recipe, a study's endpoints) with the same bounds.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS, too_long
 MAX_FILE_BYTES = 16 * 2**20
 MAX_DEPTH = 64
 MAX_NODES = 2_000_000
+MAX_EXPANDED_CHARS = MAX_FILE_BYTES  # expanded, a file holds no more text than a file may
 
 
 class _Refused(yaml.YAMLError):
@@ -119,15 +125,18 @@ _Loader.add_implicit_resolver(
 
 
 def _check_expansion(root: Node | None) -> None:
-    """Refuse a node graph taller than MAX_DEPTH or expanding to more than MAX_NODES nodes.
+    """Refuse a node graph taller than MAX_DEPTH, expanding to more than MAX_NODES nodes or to
+    more than MAX_EXPANDED_CHARS characters of scalar text.
 
-    size(n) = 1 + sum(size(child)) and height(n) = 1 + max(height(child)), aliases counted as
-    full copies, computed once per distinct collection node (iteratively; scalars are counted
-    in place), so time and memory stay linear in the file.
+    size(n) = 1 + sum(size(child)), chars(n) = sum(chars(child)) with chars(scalar) = its
+    length, and height(n) = 1 + max(height(child)), aliases counted as full copies, computed
+    once per distinct collection node (iteratively; scalars are counted in place), so time and
+    memory stay linear in the file.
     """
     if root is None or isinstance(root, ScalarNode):
         return
     size: dict[int, int] = {}
+    chars: dict[int, int] = {}
     height: dict[int, int] = {}
     active: set[int] = set()
     stack: list[tuple[Node, list[Node] | None]] = [(root, None)]
@@ -136,17 +145,25 @@ def _check_expansion(root: Node | None) -> None:
         key = id(node)
         if kids is not None:  # all children done
             active.discard(key)
-            total, tallest = 1, 1
+            total, tallest, text = 1, 1, 0
             for child in kids:
                 if isinstance(child, ScalarNode):
                     total += 1
+                    text += len(child.value)
                 else:
                     total += size[id(child)]
+                    text += chars[id(child)]
                     tallest = max(tallest, height[id(child)] + 1)
             if total > MAX_NODES:
                 raise _Refused(
                     f"aliases expand to more than {MAX_NODES:,} values",
                     "write the values out instead of nesting aliases",
+                    node.start_mark,
+                )
+            if text > MAX_EXPANDED_CHARS:
+                raise _Refused(
+                    f"aliases expand to more than {MAX_EXPANDED_CHARS:,} characters of text",
+                    "write the values out instead of repeating long strings through aliases",
                     node.start_mark,
                 )
             if tallest > MAX_DEPTH:
@@ -155,7 +172,7 @@ def _check_expansion(root: Node | None) -> None:
                     "flatten the structure; a recipe is a few levels deep",
                     node.start_mark,
                 )
-            size[key], height[key] = total, tallest
+            size[key], height[key], chars[key] = total, tallest, text
             continue
         if key in size:
             continue
@@ -248,3 +265,10 @@ def read_text(path: Path) -> str:
                 )
             ],
         ) from exc
+
+
+def load_yaml_file(path: Path) -> Any:
+    """A YAML file the project did not write itself in this process (a run's saved
+    `recipe.yaml`, a study's endpoints file), read with every bound of `parse_yaml` and
+    `read_text`; raises `RecipeError` naming the file."""
+    return parse_yaml(read_text(Path(path)), str(path))

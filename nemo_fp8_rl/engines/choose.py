@@ -54,3 +54,40 @@ def require_nemo_rl(what: str) -> None:
             f"NeMo RL is not usable here, so the launch cannot be rehearsed: {reason.rstrip('.')}",
             how.rstrip(".") or "install NeMo RL",
         )
+
+
+def check_engine(
+    recipe: Recipe,
+    engine: str,
+    *,
+    here: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
+    outputs: bool = True,
+) -> None:
+    """Refuse, before anything starts, what `engine` would refuse once it runs `recipe`: the
+    embedded engine's CPU rules and its refusal of hand-set output paths, or the NeMo RL
+    engine's rules (`here`: with this machine's GPU) and the checks of hand-set output folders
+    (`runs.outputs.check_hand_set`; `outputs=False` leaves them to the caller: `--seeds`
+    checks each seed's folder). `train --dry-run` and `submit` call it too, so a recipe they
+    accept is one the run accepts."""
+    if engine == "local":
+        from nemo_fp8_rl.engines.local.recipe_checks import (
+            check_cpu_support,
+            refuse_hand_set_paths,
+        )
+
+        check_cpu_support(recipe.config, recipe.name)
+        refuse_hand_set_paths(recipe)
+        return
+    from nemo_fp8_rl.engines.nemo.driver.recipe_checks import EngineConfigError, check_recipe
+    from nemo_fp8_rl.runs.outputs import check_hand_set
+
+    problems = check_recipe(recipe, here=here)
+    if problems:
+        raise EngineConfigError(
+            f"{recipe.name} cannot run on the NeMo RL engine:\n"
+            + "\n".join(f"  - {p}" for p in problems)
+        )
+    if outputs:
+        check_hand_set(recipe, resume=resume, overwrite=overwrite)

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from nemo_fp8_rl.config.errors import RecipeError
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.evals.checkpoints import Selection, select_local, select_nemo
 from nemo_fp8_rl.evals.suites import Suite, get_suite
@@ -45,9 +45,9 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UsageError(path, f"not found: {run_dir} is not a run directory", fix)
     try:
-        config = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UsageError(path, f"not a readable recipe ({type(exc).__name__})", fix) from exc
+        config = load_yaml_file(path)
+    except RecipeError as exc:
+        raise UsageError(path, f"not a readable recipe ({exc.issues[0].problem})", fix) from exc
     if not isinstance(config, dict):
         what = "empty" if config is None else f"not a mapping (a {type(config).__name__})"
         raise UsageError(path, f"{what}: the run's saved recipe is lost", fix)

@@ -228,9 +228,7 @@ def _layer_count(vllm: Mapping[str, Any], key: str) -> int:
     return value
 
 
-def select_quantized(
-    names: list[str], vllm: Mapping[str, Any]
-) -> tuple[set[str], dict[str, str]]:
+def select_quantized(names: list[str], vllm: Mapping[str, Any]) -> tuple[set[str], dict[str, str]]:
     """The decoder linear weights a quantized rollout serves quantized (vLLM's rules: not the
     router, not the first/last `num_*_layers_in_bf16`, not `quantization_ignored_layer_kws`,
     every shard of a fused module alike), and for each other name the reason it stays BF16."""

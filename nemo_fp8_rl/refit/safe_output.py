@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from nemo_fp8_rl.config.safe_files import FULL, check_folder, disk_full
+from nemo_fp8_rl.config.safe_files import check_folder, write_folder
 from nemo_fp8_rl.config.user_error import UserError
 
 INDEX = "model.safetensors.index.json"
@@ -66,45 +64,15 @@ def check_target(out: Path, own_files: Iterable[str]) -> None:
 
 
 def write_swapped(out: Path, write: Callable[[Path], None]) -> None:
-    """Run `write(tmp)` into a temporary folder beside `out`, verify it, then swap it in."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    """Run `write(tmp)` into a temporary folder beside `out`, verify it, then swap it in
+    (`safe_files.write_folder`)."""
+
+    def build(tmp: Path) -> None:
         write(tmp)
         verify_export(tmp)
         publish_modes(tmp)
-    except BaseException as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        full = _out_of_space(exc)
-        if full is not None:
-            kept = "the earlier export is kept" if out.exists() else "nothing was written"
-            raise disk_full(out, full, kept) from exc
-        raise
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.replace(out, old / "export")
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        if old is not None:
-            os.replace(old / "export", out)
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
 
-
-def _out_of_space(exc: BaseException) -> OSError | None:
-    """The disk-full error behind `exc` (an OSError, or the safetensors writer's own error,
-    which carries only the message), else None."""
-    if isinstance(exc, OSError) and exc.errno in FULL:
-        return exc
-    text = str(exc)
-    for code in FULL:
-        if os.strerror(code) in text:
-            return OSError(code, os.strerror(code))
-    return None
+    write_folder(out, build, "export")
 
 
 def current_umask() -> int:

@@ -5,8 +5,15 @@ and train its first step before MLflow's client gives up, minutes later, with a 
 an `http(s)://` tracking URI (`logger.mlflow.tracking_uri`, else `MLFLOW_TRACKING_URI`) and,
 for a W&B run that will log online (`WANDB_MODE=online`, or a login without `WANDB_MODE`), the
 W&B host (`WANDB_BASE_URL`, default api.wandb.ai) must accept a TCP connection within
-`PROBE_S` seconds; otherwise the run is refused with the address and how to fix it. File
-stores and offline W&B runs need no server and are not probed.
+`PROBE_S` seconds; otherwise the run is refused with the address and how to fix it. Offline
+W&B runs need no server and are not probed.
+
+An MLflow tracking URI is read as MLflow reads it before anything starts (`mlflow_store`): a
+malformed one (`http://` without a host, a scheme MLflow has no store for) is refused with
+what MLflow accepts; a file store (`file:///path`, or a plain path), wherever the URI comes
+from, must be a folder (or creatable) and is allowed through `MLFLOW_ALLOW_FILE_STORE` (MLflow
+3 refuses its file store without it, which before this check surfaced minutes into a run,
+after Ray and the warm-up).
 """
 
 from __future__ import annotations
@@ -14,8 +21,10 @@ from __future__ import annotations
 import netrc
 import os
 import socket
+from pathlib import Path
 from urllib.parse import urlparse
 
+from nemo_fp8_rl.config.mlflow_uri import FIX, file_store_folder, store_kind
 from nemo_fp8_rl.config.user_error import UserError
 
 PROBE_S = 5.0
@@ -55,20 +64,38 @@ def _probe(where: str, uri: str, fix: str, timeout_s: float) -> None:
         ) from None
 
 
+def mlflow_store(where: str, uri: str) -> str:
+    """The kind of MLflow store `uri` names (`config.mlflow_uri.store_kind`), or a `UserError`
+    at `where`; a file store must be a folder (or not exist yet) and gets
+    `MLFLOW_ALLOW_FILE_STORE=true` (see the module docstring)."""
+    kind, problem = store_kind(uri)
+    if kind is None:
+        raise UserError(where, str(problem), FIX)
+    if kind == "file":
+        folder = Path(file_store_folder(uri)).expanduser()
+        if folder.exists() and not folder.is_dir():
+            raise UserError(where, f"{folder} is a file, not the store's folder", FIX)
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    return kind
+
+
 def probe_loggers(config: dict, timeout_s: float = PROBE_S) -> None:
-    """Refuse a run whose MLflow server or (online) W&B host does not answer (module doc)."""
+    """Refuse a run whose MLflow URI is malformed, whose MLflow server or (online) W&B host
+    does not answer (module doc)."""
     logger = config.get("logger") or {}
     if logger.get("mlflow_enabled"):
         cfg = logger.get("mlflow") or {}
         key = "logger.mlflow.tracking_uri" if cfg.get("tracking_uri") else "MLFLOW_TRACKING_URI"
-        uri = cfg.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or ""
-        _probe(
-            f"MLflow ({key}={uri})",
-            str(uri),
-            "start the MLflow tracking server, point the URI at a running one, or set "
-            "logger.mlflow_enabled=false",
-            timeout_s,
-        )
+        uri = str(cfg.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI") or "")
+        where = f"MLflow ({key}={uri})"
+        if uri and mlflow_store(where, uri) == "http":
+            _probe(
+                where,
+                uri,
+                "start the MLflow tracking server, point the URI at a running one, or set "
+                "logger.mlflow_enabled=false",
+                timeout_s,
+            )
     mode = os.environ.get("WANDB_MODE") or ("online" if wandb_logged_in() else "offline")
     if logger.get("wandb_enabled") and mode == "online":
         base = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import socket
 import sys
 import time
@@ -27,9 +26,13 @@ from typing import Any
 
 import yaml
 
+from nemo_fp8_rl.config.errors import RecipeError
+from nemo_fp8_rl.config.output_paths import protected_folders
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
+from nemo_fp8_rl.runs.outputs import check_removable, remove_ours
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
@@ -55,6 +58,8 @@ class RunDirError(UsageError):
 # the log the seeds launcher opens before it starts the seed's run (`nemo_fp8_rl.runs.seeds`)
 # and the run's lock file (`nemo_fp8_rl.runs.lock`).
 _PRE_RUN = {"slurm", "train.log", LOCK_NAME}
+# What a new run of the same recipe clears from the run dir (`prepare`).
+STALE = ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json")
 
 
 @dataclass(frozen=True)
@@ -163,6 +168,8 @@ def check_owner(
             raise RunDirError(run_dir, "--resume given but no run here yet", "drop --resume")
         return
     _check_saved(run_dir, saved_path, config, resume=resume, overwrite=overwrite)
+    if not resume:  # what `prepare` clears must be ours to delete (a link there is refused)
+        check_removable([run_dir / s for s in STALE], run_dir)
 
 
 def check_place(run_dir: Path) -> None:
@@ -170,10 +177,7 @@ def check_place(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise RunDirError(run_dir, "is a file, not a folder", "pass --run-dir with a folder path")
     resolved = check_folder(run_dir, "run folder")
-    protected = {Path("/"), Path.home().resolve()}
-    if os.environ.get("HOME"):
-        protected.add(Path(os.environ["HOME"]).resolve())
-    if resolved in protected:
+    if resolved in protected_folders():
         raise RunDirError(
             run_dir,
             "is the root or home folder, which a run must not write into",
@@ -186,12 +190,13 @@ def _check_saved(
 ) -> None:
     """The folder holds a run: refuse another recipe's; this recipe's needs --resume or --overwrite."""
     try:
-        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
+        saved = load_yaml_file(saved_path) or {}
         saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError) as exc:
+    except (RecipeError, AttributeError) as exc:
+        why = exc.issues[0].problem if isinstance(exc, RecipeError) else "not a recipe"
         raise RunDirError(
             saved_path,
-            f"cannot read the saved recipe ({type(exc).__name__})",
+            f"cannot read the saved recipe ({why})",
             f"restore it, or pass --run-dir to write elsewhere (or delete {run_dir})",
         ) from exc
     name = config.get("logger", {}).get("wandb", {}).get("name")
@@ -241,12 +246,7 @@ def prepare(
     check_owner(run_dir, config, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        for stale in ("checkpoints", "logs", "metrics.jsonl", "model", "environment.json"):
-            path = run_dir / stale
-            if path.is_dir():
-                shutil.rmtree(path)
-            elif path.exists():
-                path.unlink()
+        remove_ours([run_dir / s for s in STALE], run_dir)  # a link there: refused, kept
     atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 

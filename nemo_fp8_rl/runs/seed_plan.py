@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.runs.outputs import check_hand_set
 from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, flatten, run_progress
 from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_overrides, seed_run_dir
 
@@ -89,7 +90,10 @@ def seed_actions(
         run_dir = seed_run_dir(base.run_dir, seed)
         extra = seed_overrides(base, seed, overrides)
         recipe = load_recipe(base.path, [*extra, f"{SEED_KEY}={seed}"], run_dir=run_dir)
-        actions[seed] = seed_action(run_dir, recipe.config, resume=resume, overwrite=overwrite)
+        action = seed_action(run_dir, recipe.config, resume=resume, overwrite=overwrite)
+        if action != "keep":  # its hand-set output folders, as a single run checks them
+            check_hand_set(recipe, resume=action == "resume", overwrite=action == "overwrite")
+        actions[seed] = action
     return actions
 
 

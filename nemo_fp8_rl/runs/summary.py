@@ -64,6 +64,9 @@ def summary_lines(run_dir: Path, records: list[dict]) -> list[str]:
             shares.append(f"{label} {100 * sum(values) / len(values):.2f} %")
     if shares:
         lines.append("  clipped, mean over steps: " + "; ".join(shares))
+    health = health_line(run_dir, records)
+    if health:
+        lines.append(f"  {health}")
     low, high = _series(records, "train/calib_low"), _series(records, "train/calib_high")
     if low and high:
         lines.append(
@@ -71,6 +74,23 @@ def summary_lines(run_dir: Path, records: list[dict]) -> list[str]:
             f"{low[-1][1]:.3f},{high[-1][1]:.3f} (step {low[-1][0]})"
         )
     return lines
+
+
+def health_line(run_dir: Path, records: list[dict]) -> str | None:
+    """The run's health against `guards/health_ranges.yaml` for its precision (from its
+    `recipe.yaml`), or None without a readable recipe.yaml."""
+    import yaml
+
+    from nemo_fp8_rl.guards.health import precision_of, run_health
+
+    path = run_dir / "recipe.yaml"
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except yaml.YAMLError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    return run_health(records, precision_of(config)).line()
 
 
 def next_lines(run_dir: Path) -> list[str]:

@@ -134,11 +134,17 @@ def frozen_recipe_text(recipe: Any) -> str:
 
     Loading this file again (with the same `--run-dir`) gives the same config: it is the exact
     configuration the job trains with, independent of later edits to `recipes/` or `configs/`.
+    An output path set by hand (`checkpointing.checkpoint_dir`, `logger.log_dir`) is kept, and
+    a literal `${` in a value is written escaped (`interpolate.escape_literals`).
     """
+    from nemo_fp8_rl.config.interpolate import escape_literals
     from nemo_fp8_rl.config.schema import DERIVED
 
-    config = copy.deepcopy(recipe.config)
+    config = escape_literals(copy.deepcopy(recipe.config))
+    provenance = getattr(recipe, "provenance", {})
     for dotted in DERIVED:
+        if provenance.get(dotted, "derived") != "derived":
+            continue  # set by hand: the job writes where the user said
         *parents, leaf = dotted.split(".")
         node = config
         for key in parents:

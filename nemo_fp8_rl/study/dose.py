@@ -96,14 +96,13 @@ def pass_at_k_run(run_dir: Path) -> dict:
 
 def finished(run_dir: Path) -> bool:
     """True when the run's metrics reach its recipe's last step."""
-    import yaml
-
+    from nemo_fp8_rl.config.safe_yaml import load_yaml_file
     from nemo_fp8_rl.study.analysis import metrics_file, read_records
 
     recipe = run_dir / "recipe.yaml"
     if metrics_file(run_dir) is None or not recipe.is_file():
         return False
-    steps = yaml.safe_load(recipe.read_text())["grpo"]["max_num_steps"]
+    steps = load_yaml_file(recipe)["grpo"]["max_num_steps"]  # bounded, as every YAML read
     return read_records(run_dir)[-1]["step"] == steps
 
 

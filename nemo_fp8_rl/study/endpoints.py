@@ -15,9 +15,10 @@ import math
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from nemo_fp8_rl.config.errors import RecipeError
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import scores
 
@@ -84,8 +85,12 @@ class Endpoints(_Strict):
 def load(path: Path = FILE) -> Endpoints:
     """The endpoints file, validated; a bad file is a UsageError naming it."""
     try:
-        return Endpoints.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")))
-    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        return Endpoints.model_validate(load_yaml_file(path))
+    except RecipeError as exc:
+        raise UsageError(
+            str(path), f"not a valid endpoints file ({exc.issues[0].problem})", "restore it"
+        ) from exc
+    except ValidationError as exc:
         first = str(exc).splitlines()[0]
         raise UsageError(str(path), f"not a valid endpoints file ({first})", "restore it") from exc
 

@@ -29,7 +29,9 @@ from pathlib import Path
 import yaml
 
 from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.errors import RecipeError
 from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
+from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.rundir import config_differences
 from nemo_fp8_rl.study.analysis import read_records
@@ -94,11 +96,11 @@ def differences(spec: RunSpec) -> list[str]:
     is compared here)."""
     path = spec.run_dir / "recipe.yaml"
     try:
-        saved = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        saved = load_yaml_file(path) or {}
+    except RecipeError as exc:
         raise UsageError(
             str(path),
-            f"cannot read the saved recipe ({type(exc).__name__})",
+            f"cannot read the saved recipe ({exc.issues[0].problem})",
             f"restore it, or move {spec.run_dir} away and run the study again",
         ) from exc
     planned = yaml.safe_load(yaml.safe_dump(spec.config, sort_keys=False))

@@ -10,7 +10,8 @@ later); `WANDB_MODE` (e.g. `offline`, `disabled`) is honoured as W&B honours it.
 `MLFLOW_TRACKING_URI` when set, else a local file store in `<run dir>/logs/mlflow` (read it
 with `mlflow ui --backend-store-uri <that folder>`), experiment `logger.mlflow.experiment_name`,
 run `logger.mlflow.run_name`. MLflow 3 keeps its file store in maintenance mode behind
-`MLFLOW_ALLOW_FILE_STORE`, which is set for this store only.
+`MLFLOW_ALLOW_FILE_STORE`, which is set for a file store the run uses, this default one or one
+the recipe or `MLFLOW_TRACKING_URI` names (`runs.endpoints.mlflow_store`).
 
 SwanLab (`logger.swanlab_enabled`) is refused at load for CPU recipes (`config/rules.py`); on a
 GPU recipe NeMo RL's own logger serves all three.
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.runs.endpoints import wandb_logged_in
+from nemo_fp8_rl.runs.endpoints import mlflow_store, wandb_logged_in
 
 _WANDB_KEYS = ("project", "name", "entity", "group", "tags", "notes", "job_type")
 _PACKAGES = {"wandb_enabled": ("wandb", "W&B"), "mlflow_enabled": ("mlflow", "MLflow")}
@@ -98,7 +99,9 @@ class MlflowSink:
 
     def __init__(self, cfg: dict[str, Any], log_dir: Path) -> None:
         uri = cfg.get("tracking_uri") or os.environ.get("MLFLOW_TRACKING_URI")
-        if not uri:
+        if uri:  # a file store named by the recipe or the environment is allowed too
+            mlflow_store("MLflow tracking URI", str(uri))
+        else:
             folder = (log_dir / "mlflow").resolve()
             folder.mkdir(parents=True, exist_ok=True)
             uri = folder.as_uri()

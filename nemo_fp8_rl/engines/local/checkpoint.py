@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.safe_files import refuse_link
+from nemo_fp8_rl.config.safe_files import located_disk_full, refuse_link
 from nemo_fp8_rl.config.user_error import UserError
 
 STATE_FILE = "state.pt"
@@ -63,13 +63,31 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
 
     `step` is the number of completed GRPO steps; resuming from it starts at step `step`.
     """
+    root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp_step_*"):  # ours: an interrupted save's own folders
+        if not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+    final = root / f"step_{step}"
+    refuse_link(final)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step}_", dir=root))
+    try:
+        with located_disk_full(final, "the earlier checkpoints are kept"):
+            _write_step(tmp, step, state, info)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)  # ours: made by mkdtemp above
+        raise
+    if final.exists():
+        shutil.rmtree(final)  # this run's own step_<step>, saved again
+    os.rename(tmp, final)
+    _fsync_dir(root)
+    _write_latest(root, final.name)
+    return final
+
+
+def _write_step(tmp: Path, step: int, state: dict[str, Any], info: dict[str, Any]) -> None:
+    """`state.pt`, `info.json` and the manifest of their digests, into the new folder `tmp`."""
     import torch
 
-    root.mkdir(parents=True, exist_ok=True)
-    for stale in root.glob(".tmp_step_*"):
-        shutil.rmtree(stale, ignore_errors=True)
-    final = root / f"step_{step}"
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp_step_{step}_", dir=root))
     with (tmp / STATE_FILE).open("wb") as f:
         torch.save(state, f)
         f.flush()
@@ -81,12 +99,6 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
         "files": {name: _digest(tmp / name) for name in (STATE_FILE, INFO_FILE)},
     }
     _write_json(tmp / MANIFEST_FILE, manifest)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
-    _fsync_dir(root)
-    _write_latest(root, final.name)
-    return final
 
 
 def _write_latest(root: Path, name: str) -> None:
@@ -227,7 +239,9 @@ def prune_checkpoints(root: Path, keep_top_k: int | None, metric: str | None) ->
             score = info.get(metric) if metric else None
             ranked.append(((score is not None, score or 0.0, info["step"]), d))
     ranked.sort(key=lambda x: x[0], reverse=True)
-    doomed = [d for _, d in ranked[keep_top_k:] if latest is None or d != latest]
-    for d in doomed:
+    doomed = [
+        d for _, d in ranked[keep_top_k:] if (latest is None or d != latest) and not d.is_symlink()
+    ]
+    for d in doomed:  # this run's own step_* folders (a link is never followed)
         shutil.rmtree(d, ignore_errors=True)
     return doomed

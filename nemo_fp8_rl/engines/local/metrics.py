@@ -86,6 +86,13 @@ class MetricsLogger:
         for sink in self.sinks:
             sink.log(step, metrics)
 
+    def log_event(self, record: dict[str, Any]) -> None:
+        """Append an event line (`{"step": k, "event": {...}}`, e.g. a health event) to the
+        JSONL only: its fields are not metrics."""
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
     def close(self) -> None:
         """Flush and close the sinks."""
         self._file.close()

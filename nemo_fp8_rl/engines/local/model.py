@@ -20,6 +20,7 @@ from transformers import (
 )
 
 from nemo_fp8_rl.config.project import TinyModelConfig
+from nemo_fp8_rl.config.safe_files import write_folder
 from nemo_fp8_rl.engines.sampling import position_ids
 
 
@@ -64,10 +65,15 @@ def build_model(
 
 
 def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, path: Path) -> None:
-    """Save `model` and `tokenizer` as a Hugging Face checkpoint (safetensors) in `path`."""
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(path, safe_serialization=True)
-    tokenizer.save_pretrained(path)
+    """Save `model` and `tokenizer` as a Hugging Face checkpoint (safetensors) in `path`, built
+    beside it and swapped in whole (`safe_files.write_folder`: never through a link, a full
+    disk a located error that leaves what was there)."""
+
+    def build(tmp: Path) -> None:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+
+    write_folder(Path(path), build, "model")
 
 
 def untied_state(model: PreTrainedModel) -> dict[str, torch.Tensor]:

@@ -36,8 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from nemo_fp8_rl.config import ConfigIssue, RecipeError
-from nemo_fp8_rl.config.rules import cpu_supported_features
+from nemo_fp8_rl.engines.local.recipe_checks import check_cpu_support as check_cpu_support
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.fp8.emulation import (
     FP8EmulatedLinear,
@@ -52,7 +51,6 @@ from nemo_fp8_rl.fp8.kv_cache import kv_states
 from nemo_fp8_rl.refit import RefitPlan
 from nemo_fp8_rl.refit.plan import select_quantized
 
-_TRAIN_RECIPES = ("blockwise", "tensorwise", "mxfp8")
 Specs = tuple[QuantSpec, QuantSpec, QuantSpec | None]
 
 
@@ -70,41 +68,6 @@ def receiver_quantizes(cfg: dict[str, Any]) -> bool:
 def refit_scheme(cfg: dict[str, Any]) -> str | None:
     """The refit plan's scheme: "bf16" when the receiver quantizes, else the recipe's (None)."""
     return "bf16" if receiver_quantizes(cfg) else None
-
-
-def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
-    """Raise `RecipeError` listing every GPU-only feature the recipe asks of the CPU engine.
-
-    The list of refused features is the config rule `cpu_supported_features` (also checked when
-    the recipe is loaded); this adds the engine's own precondition, a CPU recipe, and the FP8
-    training recipes the emulation reproduces exactly.
-    """
-    issues = []
-    gpus = cfg["cluster"]["gpus_per_node"]
-    if gpus != 0:
-        issues.append(
-            ConfigIssue(
-                "cluster.gpus_per_node",
-                f"the embedded engine runs on CPU, but the recipe asks for {gpus} GPUs per node",
-                "set cluster.gpus_per_node=0, or run it with the NeMo RL engine (--engine nemo) on a GPU machine",
-                "embedded CPU engine",
-            )
-        )
-    fp8 = cfg["policy"]["megatron_cfg"].get("fp8_cfg") or {}
-    if fp8.get("enabled") and fp8.get("fp8_recipe", "blockwise") not in _TRAIN_RECIPES:
-        issues.append(
-            ConfigIssue(
-                "policy.megatron_cfg.fp8_cfg.fp8_recipe",
-                f"{fp8.get('fp8_recipe')!r} training is not emulated by the CPU engine",
-                f"use one of {list(_TRAIN_RECIPES)}",
-                "embedded CPU engine",
-            )
-        )
-    issues += cpu_supported_features(cfg, {})
-    issues += _async_issues(cfg)
-    issues += _nemo_refit_issues(cfg)
-    if issues:
-        raise RecipeError(recipe_name, issues)
 
 
 def _fp4_specs(kind: str, *, train: bool) -> Specs:
@@ -251,43 +214,3 @@ def set_kv_scales(model: nn.Module, scales: list[tuple[float, float]]) -> None:
         raise ValueError(f"got K/V scales for {len(scales)} layers, the model has {len(states)}")
     for state, (k, v) in zip(states, scales, strict=True):
         state.k_scale, state.v_scale = k, v
-
-
-def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
-    """Asynchronous GRPO and the async engine: NeMo RL's loop runs them (`--engine nemo`, also
-    on CPU with a recipe under recipes/tiny-nemo/); the embedded engine is synchronous."""
-    asks = (
-        ("grpo.async_grpo.enabled", (cfg["grpo"].get("async_grpo") or {}).get("enabled")),
-        (
-            "policy.generation.vllm_cfg.async_engine",
-            cfg["policy"]["generation"]["vllm_cfg"].get("async_engine"),
-        ),
-    )
-    return [
-        ConfigIssue(
-            key,
-            "the embedded engine runs synchronous GRPO",
-            f"set {key}=false, or run NeMo RL's asynchronous loop with --engine nemo "
-            "(on CPU: recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-async-1off-fp8)",
-            "embedded CPU engine",
-        )
-        for key, value in asks
-        if value
-    ]
-
-
-def _nemo_refit_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
-    """`refit.quantize_on: trainer` is NeMo RL's refit path (`--engine nemo`, also on CPU with a
-    recipe under recipes/tiny-nemo/); the embedded engine refits through `refit.bridge`."""
-    if (cfg.get("refit") or {}).get("quantize_on", "generator") != "trainer":
-        return []
-    return [
-        ConfigIssue(
-            "refit.quantize_on",
-            "quantize_on: trainer is a NeMo RL engine setting; the embedded engine refits "
-            "through refit.bridge",
-            "remove refit.quantize_on, or run NeMo RL's loop with --engine nemo (on CPU: "
-            "recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8)",
-            "embedded CPU engine",
-        )
-    ]

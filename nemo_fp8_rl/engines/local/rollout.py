@@ -64,6 +64,12 @@ class Rollout:
             precision.set_kv_scales(self.model, scales)
         return applied
 
+    def served_precision(self) -> dict[str, Any]:
+        """Each decoder linear layer's served precision (`engines.local.served`), as a dict."""
+        from nemo_fp8_rl.engines.local.served import served_counts
+
+        return served_counts(self.model).to_dict()
+
     def generate(
         self, prompts: list[str], seed: int
     ) -> tuple[torch.Tensor, torch.Tensor, Generation, list[str]]:

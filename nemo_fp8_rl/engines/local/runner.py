@@ -28,11 +28,14 @@ from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
-from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar
+from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar, read_metrics
 from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
+from nemo_fp8_rl.engines.local.recipe_checks import refuse_hand_set_paths as refuse_hand_set_paths
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
 from nemo_fp8_rl.engines.local.warmup import warm_start
+from nemo_fp8_rl.guards.health import HealthMonitor, precision_of
+from nemo_fp8_rl.guards.served import ServedCounts, check_served
 from nemo_fp8_rl.runs import lock, rundir
 from nemo_fp8_rl.runs.ray_start import start_ray
 
@@ -81,13 +84,23 @@ class Loop:
         self.last_val: float | None = None
         self.last_rollout_val: float | None = None
         self.start_metrics: dict[str, float] = {}
+        self.refits = 0
 
     # ---- pieces ----------------------------------------------------------------------------
     def refit(self) -> float:
-        """Send the trainer's weights through the refit bridge to the rollout engine; seconds."""
+        """Send the trainer's weights through the refit bridge to the rollout engine, then check
+        the precision each layer is served in (`guards.served`); seconds."""
         t0 = time.perf_counter()
         ray.get(self.rollout.apply_refit.remote(self.trainer.refit_buckets.remote()))
-        return time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
+        self.refits += 1
+        served = ServedCounts.from_dict(ray.get(self.rollout.served_precision.remote()))
+        when = "step 0" if self.refits == 1 else f"after refit {self.refits - 1}"
+        vllm_cfg = self.cfg["policy"]["generation"]["vllm_cfg"]
+        lines = check_served([served], vllm_cfg, when, (self.cfg.get("local") or {}).get("fp4"))
+        if self.refits == 1:
+            say(f"served-precision ({when}): {lines[0]}")
+        return seconds
 
     def validate(self, step: int) -> dict[str, float]:
         """Validation scores of the current weights: with BF16 generation (the primary score,
@@ -194,9 +207,14 @@ class Loop:
                     first.update(self.validate(0))
                 logger.log(0, first)
             save_period = self.ckpt_cfg["save_period"]
+            health = HealthMonitor(precision_of(self.cfg))
+            health.replay(read_metrics(self.run_dir))  # a resumed run's earlier steps
             for k in range(start, self.steps):
                 metrics = self.step(k)
                 logger.log(k + 1, metrics)
+                for event in health.observe(k + 1, metrics):
+                    say(event.line())
+                    logger.log_event(event.record())
                 bar.update(metrics)
                 done = k + 1
                 if self.ckpt_cfg["enabled"] and (done % save_period == 0 or done == self.steps):
@@ -209,21 +227,6 @@ class Loop:
 def say(line: str) -> None:
     """A line on stdout at once (so that a start-up of a minute is never silent)."""
     print(line, flush=True)
-
-
-def refuse_hand_set_paths(recipe: Recipe) -> None:
-    """The embedded engine keeps a run's logs and checkpoints under its run dir (eval, compare
-    and --resume read them there); a NeMo RL config's own paths are for the NeMo RL engine."""
-    from nemo_fp8_rl.config import RecipeError
-    from nemo_fp8_rl.config.recipe import hand_set_paths
-
-    issues = hand_set_paths(
-        recipe,
-        "the embedded engine writes logs and checkpoints under the run dir",
-        "remove it and use --run-dir DIR (the NeMo RL engine, --engine nemo, writes there)",
-    )
-    if issues:
-        raise RecipeError(recipe.name, issues)
 
 
 def run(

@@ -40,6 +40,7 @@ import torch
 from safetensors.torch import save_file
 
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.config.safe_files import located_disk_full
 
 KEY_VERSION = 3
 # the task settings the warm-up reads (`warmup.train_warmup`, `warmup.warmup_eval_problems`)
@@ -110,7 +111,10 @@ def lookup(local: LocalConfig, seed: int, vocab: dict[str, int]) -> tuple[Path, 
 def save(folder: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Write `model.safetensors` and `meta.json` into `folder`, each swapped in whole."""
     folder.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+    with (
+        located_disk_full(folder, "nothing was written (the warm-up is computed again next time)"),
+        tempfile.TemporaryDirectory(dir=folder) as tmp,
+    ):
         save_file(state, Path(tmp) / "model.safetensors")
         (Path(tmp) / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
         for name in ("model.safetensors", "meta.json"):  # readable like any checkpoint

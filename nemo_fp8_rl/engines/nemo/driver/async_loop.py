@@ -18,57 +18,18 @@ import functools
 from collections.abc import Callable
 from typing import Any
 
-# What NeMo RL's run_grpo.py refuses before it calls async_grpo_train (the same lines in
-# 7ea279a and v0.7.0), and what async_grpo_train asserts at its start: (key, value refused, fix).
-_REFUSED: tuple[tuple[str, Any, str], ...] = (
-    ("grpo.use_dynamic_sampling", True, "set grpo.use_dynamic_sampling: false"),
-    ("grpo.reward_scaling.enabled", True, "set grpo.reward_scaling.enabled: false"),
-    ("grpo.reward_shaping.enabled", True, "set grpo.reward_shaping.enabled: false"),
-    ("data.use_multiple_dataloader", True, "set data.use_multiple_dataloader: false"),
-    ("policy.generation.vllm_cfg.async_engine", False, "set it true (vLLM's async engine)"),
-    ("policy.generation.colocated.enabled", True, "set it false and give generation its nodes"),
-    ("loss_fn.use_importance_sampling_correction", False, "set it true (TIS/icepop)"),
-)
-_WHERE = {
-    "grpo.use_dynamic_sampling": "examples/run_grpo.py",
-    "grpo.reward_scaling.enabled": "examples/run_grpo.py",
-    "grpo.reward_shaping.enabled": "examples/run_grpo.py",
-    "data.use_multiple_dataloader": "examples/run_grpo.py",
-    "policy.generation.vllm_cfg.async_engine": "async_grpo_train (should_use_async_rollouts)",
-    "policy.generation.colocated.enabled": "async_grpo_train (colocated: Megatron generation only)",
-    "loss_fn.use_importance_sampling_correction": "async_grpo_train",
-}
-
-
-def _get(cfg: dict[str, Any], dotted: str) -> Any:
-    node: Any = cfg
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return node
+from nemo_fp8_rl.config import engine_rules
 
 
 def is_async(cfg: dict[str, Any]) -> bool:
     """Whether the recipe runs NeMo RL's asynchronous GRPO."""
-    return bool(_get(cfg, "grpo.async_grpo.enabled"))
+    return engine_rules.is_async(cfg)
 
 
 def async_problems(cfg: dict[str, Any]) -> list[str]:
-    """What NeMo RL refuses for asynchronous GRPO, each with where it refuses and the fix."""
-    if not is_async(cfg):
-        return []
-    out = []
-    for key, refused, fix in _REFUSED:
-        if bool(_get(cfg, key)) == refused:
-            out.append(
-                f"{key}: {refused} is refused with grpo.async_grpo.enabled by NeMo RL's "
-                f"{_WHERE[key]}. Fix: {fix}"
-            )
-    if (_get(cfg, "grpo.async_grpo.max_trajectory_age_steps") or 0) < 1:
-        out.append(
-            "grpo.async_grpo.max_trajectory_age_steps: must be >= 1 for asynchronous GRPO. "
-            "Fix: set 1 (one step old, NeMo RL's async-1off recipes)"
-        )
-    return out
+    """What NeMo RL refuses for asynchronous GRPO (`config.engine_rules`, also checked when the
+    recipe is loaded), each as `key: what. Fix: how`."""
+    return [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in engine_rules.async_grpo_issues(cfg, {})]
 
 
 def training_loop(grpo: Any, cfg: dict[str, Any], setup: tuple[Any, ...]) -> Callable[..., None]:

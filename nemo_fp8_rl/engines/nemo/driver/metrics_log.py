@@ -51,12 +51,31 @@ def flatten_metrics(metrics: dict[str, Any], prefix: str | None) -> dict[str, fl
     return out
 
 
-class MetricsTee:
-    """Wraps NeMo RL's `Logger`: every `log_metrics` call also appends a line to `path`."""
+def health_monitor(config: dict[str, Any], path: Path) -> Any:
+    """A `guards.health.HealthMonitor` for the recipe's precision, caught up on the steps a
+    resumed run already wrote to `path` (so a resume neither repeats nor loses an event)."""
+    from nemo_fp8_rl.guards.health import HealthMonitor, precision_of
 
-    def __init__(self, logger: Any, path: Path) -> None:
+    monitor = HealthMonitor(precision_of(config))
+    if path.is_file():
+        records = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue
+        monitor.replay(r for r in records if isinstance(r, dict))
+    return monitor
+
+
+class MetricsTee:
+    """Wraps NeMo RL's `Logger`: every `log_metrics` call also appends a line to `path`; with a
+    `monitor` (`guards.health.HealthMonitor`) each health event is printed and recorded too."""
+
+    def __init__(self, logger: Any, path: Path, monitor: Any = None) -> None:
         self._logger = logger
         self.path = path
+        self._monitor = monitor
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __getattr__(self, name: str) -> Any:
@@ -70,8 +89,14 @@ class MetricsTee:
         """NeMo RL's `log_metrics`, then the numeric scalars as one JSON line."""
         self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
         row = flatten_metrics(metrics, prefix)
-        if row and prefix == "train":
+        if not row:
+            return
+        if prefix == "train":
             row[LOAD_AVERAGE] = os.getloadavg()[0]
-        if row:
-            with open_append(self.path) as fh:  # never through a link in the run dir
-                fh.write(json.dumps({"step": int(step), **row}) + "\n")
+        events = [] if self._monitor is None else self._monitor.observe(int(step), row)
+        with open_append(self.path) as fh:  # never through a link in the run dir
+            fh.write(json.dumps({"step": int(step), **row}) + "\n")
+            for event in events:
+                fh.write(json.dumps(event.record()) + "\n")
+        for event in events:
+            print(event.line(), flush=True)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -31,63 +30,29 @@ from typing import Any
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.engines.nemo.driver import compat, worker_faults
-from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems, training_loop
+from nemo_fp8_rl.engines.nemo.driver.async_loop import training_loop
 from nemo_fp8_rl.engines.nemo.driver.checkpoint import load_calibrator_state
 from nemo_fp8_rl.engines.nemo.driver.handoff import (
     to_nemo_config,
     validate_with_nemo_rl,
     write_handoff,
 )
-from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee, health_monitor
 from nemo_fp8_rl.engines.nemo.driver.platform import CpuInputs, Platform, platform_for
+from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
+    EngineConfigError as EngineConfigError,
+)
+from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
+    check_recipe,
+)
+from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
+    gpu_issues as gpu_issues,
+)
+from nemo_fp8_rl.engines.nemo.driver.served_guard import served_guard
 from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
 from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
-from nemo_fp8_rl.runs import lock, rundir
-
-
-class EngineConfigError(ValueError):
-    """The recipe asks for something this engine cannot run; the message says what to change."""
-
-
-def check_recipe(recipe: Recipe, platform: Platform | None = None) -> list[str]:
-    """Problems that stop this engine before anything starts (empty list: runnable); the
-    platform's own first (default: the recipe's, `platform_for`)."""
-    cfg = recipe.config
-    problems = list((platform or platform_for(cfg)).problems(cfg))
-    calibrated = cfg["loss_fn"].get("calibration", {}).get("enabled", False)
-    megatron = cfg["policy"].get("megatron_cfg", {}).get("enabled", False)
-    if calibrated and not megatron:
-        problems.append(
-            "loss_fn.calibration.enabled needs the Megatron policy (policy.megatron_cfg.enabled: "
-            "true): the BF16 shadow pass switches Megatron-Core's FP8 compute off"
-        )
-    graphs = cfg["policy"].get("megatron_cfg", {}).get("cuda_graph_impl", "none")
-    if calibrated and graphs not in (None, "none"):
-        problems.append(
-            f"policy.megatron_cfg.cuda_graph_impl: {graphs} with calibration: captured FP8 graphs "
-            "would replay during the BF16 shadow pass; set cuda_graph_impl: none"
-        )
-    problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
-    if (cfg.get("data_plane") or {}).get("enabled", False):
-        problems.append("data_plane.enabled: this engine runs the legacy data path; set it false")
-    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
-    if cfg.get("refit", {}).get("bridge", "nemo") == "project":
-        problems.append(
-            "refit.bridge: project is not available on the NeMo RL engine yet; use refit.bridge: "
-            "nemo (NeMo RL's FP8 refit; power-of-2 weight scales via "
-            "policy.generation.vllm_cfg.pow2_weight_scaling_factors: true)"
-        )
-    return problems
-
-
-def gpu_issues(cfg: dict[str, Any]) -> list[Any]:
-    """Precision settings this machine's GPU cannot run (none when no GPU is visible here:
-    a Slurm driver may sit on a node without one, and NeMo RL's workers check again)."""
-    from nemo_fp8_rl.config.hardware import gpu_precision_issues, local_gpu
-
-    gpu = local_gpu()
-    return [] if gpu is None else gpu_precision_issues(cfg, gpu[0], gpu[1])
+from nemo_fp8_rl.runs import lock, outputs, rundir
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
@@ -98,6 +63,7 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
         rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
     except rundir.RunDirError as exc:
         raise EngineConfigError(str(exc)) from exc
+    outputs.check_hand_set(recipe, resume=resume, overwrite=overwrite)  # the user's folders
     ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
     existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
     if existing and not resume and not overwrite:
@@ -177,21 +143,13 @@ def _prepare_nemo(recipe: Recipe, platform: Platform) -> _Prepared:
 
 
 def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
-    """--overwrite: remove the run's logs and checkpoints. A path set by hand (a NeMo RL
-    config's `checkpoint_dir`, `log_dir`) may be shared with other runs: its logs stay (NeMo RL
-    writes each run to a new `exp_N` there) and checkpoints in it are refused, not removed."""
-    from nemo_fp8_rl.config.recipe import set_by_hand
-
-    if set_by_hand(recipe, "checkpointing.checkpoint_dir") and existing:
-        source = recipe.provenance["checkpointing.checkpoint_dir"]
-        raise EngineConfigError(
-            f"{ckpt} (checkpointing.checkpoint_dir, set in {source}) "
-            f"holds checkpoints ({existing[-1].name}); --overwrite removes only paths derived from "
-            "the run dir: remove them yourself, or set another checkpoint_dir"
-        )
-    shutil.rmtree(ckpt, ignore_errors=True)
-    if not set_by_hand(recipe, "logger.log_dir"):
-        shutil.rmtree(Path(recipe.config["logger"]["log_dir"]), ignore_errors=True)
+    """--overwrite: remove the run's logs and checkpoints where they are ours to delete
+    (`runs.outputs.ours_to_delete`: derived from the run dir). A path set by hand (a NeMo RL
+    config's `checkpoint_dir`, `log_dir`) is the user's and is never removed: NeMo RL writes
+    each run to a new `exp_N` there, and `check_hand_set` refused one holding checkpoints."""
+    mine = outputs.hand_set_paths(recipe)
+    derived = [p for p in (ckpt, Path(recipe.config["logger"]["log_dir"])) if p not in mine]
+    outputs.remove_ours(derived, recipe.run_dir, mine)
 
 
 def _total_steps(state: Any) -> int:
@@ -290,11 +248,14 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     ) = setup
     loss_fn = build_loss(recipe, checkpointer.get_latest_checkpoint_path())
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
-    logger = MetricsTee(logger, run_dir / "metrics.jsonl")
+    jsonl = run_dir / "metrics.jsonl"
+    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
+    vllm_cfg = recipe.config["policy"]["generation"]["vllm_cfg"]
     try:
         with (
             _located_faults(recipe, run_dir),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
+            served_guard(grpo, vllm_cfg, policy_generation),
         ):
             training_loop(grpo, recipe.config, setup)(
                 train_policy,

@@ -77,19 +77,31 @@ class PreflightResult:
     rehearsal: Rehearsal | None
     seconds: float
     rounds: int
+    guards: Any = None  # guards.findings.GuardReport: the pre-launch guard rails' verdicts
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        return not self.errors and (self.guards is None or self.guards.ok)
+
+    @property
+    def problem_count(self) -> int:
+        """The rehearsal's problems plus the guard rails' errors."""
+        return len(self.errors) + (0 if self.guards is None else len(self.guards.errors))
 
     def report(self) -> str:
         lines = []
         if self.errors:
             lines.append(render_report(self.recipe, self.errors, Path(self.nemo_rl)))
         else:
-            lines.append(f"preflight of {self.recipe} against NeMo RL at {self.nemo_rl}: passed")
+            refused = self.guards is not None and not self.guards.ok
+            verdict = (
+                "launch rehearsal passed; refused by the guard rails below" if refused else "passed"
+            )
+            lines.append(f"preflight of {self.recipe} against NeMo RL at {self.nemo_rl}: {verdict}")
             lines += self._summary()
         lines.append(f"  ({self.seconds:.1f} s, {self.rounds} rehearsal(s))")
+        if self.guards is not None:
+            lines.append(self.guards.render())
         if self.not_run:
             lines.append("  not rehearsed on CPU:")
             lines += [f"    - {item}" for item in self.not_run]
@@ -370,8 +382,11 @@ def _preflight(recipe: Recipe) -> PreflightResult:
                     continue
                 errors.append(err)
                 break
+    from nemo_fp8_rl.engines.nemo.driver.guard_rails import pre_launch_report
+
+    guards = pre_launch_report(recipe, tree)
     return PreflightResult(
-        recipe.name, str(tree), errors, not_run, result, time.perf_counter() - start, rounds
+        recipe.name, str(tree), errors, not_run, result, time.perf_counter() - start, rounds, guards
     )
 
 

@@ -14,7 +14,9 @@ worker modules and torch, they import only the package's pure stages (`loss`, `c
 * NeMo RL's vLLM generation worker process: `generation_worker`
   (`TrainerFp8VllmGenerationWorker` and its async twin), which names
   `vllm_extension.TrainerFp8WorkerExtension` for vLLM's own worker processes, where the FP8
-  pairs are checked and loaded as sent (`vllm_refit`).
+  pairs are checked and loaded as sent (`vllm_refit`);
+* any generation worker actor, through Ray's `__ray_call__` from the driver's
+  `served_guard`: `served_report`, the layers each serving process holds per precision.
 
 Crossing the boundary, in: the loss object with the bounds in force (every `policy.train`), the
 shadow log-probs in NeMo RL's batch (`loss.SHADOW_KEYS`), the refit metadata and tensors (NeMo

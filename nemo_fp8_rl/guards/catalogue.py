@@ -1,0 +1,116 @@
+"""The guard rails: every check, its failure class and upstream issue, and the runner of the
+checks made before launch.
+
+`PRE_LAUNCH` checks read the recipe, the model's `config.json`, the NeMo RL tree and the
+workers' GPU type (`GuardContext`), and run in the preflight, `train` and `submit` before any
+GPU is allocated. `AT_RUN_TIME` ones run inside a run (`served`: the generation side's layer
+precisions at step 0 and after every refit; `health`: the train/generation mismatch per step).
+docs/guard-rails.md is the catalogue users read; a test keeps it in step with `CATALOGUE`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nemo_fp8_rl.guards import alignment, fp8_active, memory, scale_format, upstream_bugs
+from nemo_fp8_rl.guards.context import GuardContext, NemoRLTree, WorkerGpu
+from nemo_fp8_rl.guards.findings import CheckResult, GuardReport
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One check: its name, the failure class it guards, the upstream issue, when it runs."""
+
+    check: str
+    failure: str
+    upstream: str
+    when: str
+    run: Callable[[GuardContext], CheckResult] | None = None
+
+
+CATALOGUE: tuple[Entry, ...] = (
+    Entry(
+        "fp8-active",
+        "FP8 not active: NeMo RL's FP8 patches miss the vLLM executor the engine path uses",
+        fp8_active.UPSTREAM,
+        "before launch",
+        fp8_active.check,
+    ),
+    Entry(
+        "scale-format",
+        "scale formats mixed between trainer and rollout, or built for the other GPU family",
+        scale_format.UPSTREAM,
+        "before launch",
+        scale_format.check,
+    ),
+    Entry(
+        "alignment",
+        "Transformer Engine divisibility assert in an FP8 GEMM (weights or tokens)",
+        alignment.UPSTREAM,
+        "before launch",
+        alignment.check,
+    ),
+    Entry(
+        "memory",
+        "per-GPU memory over capacity; colocated KV cache sized by utilisation alone",
+        "NVIDIA-NeMo/RL PR #3280, issue #3412",
+        "before launch",
+        memory.check,
+    ),
+    Entry(
+        "fp8-param-tp",
+        "fp8_param with blockwise FP8 at TP > 2: NaN mismatch from step 2",
+        "NVIDIA-NeMo/RL#1164",
+        "before launch",
+        upstream_bugs.check_fp8_param,
+    ),
+    Entry(
+        "fp8-kv-qk-norm",
+        "FP8 KV cache on a model without QK-norm (warning)",
+        "verl PR #4435",
+        "before launch",
+        upstream_bugs.check_kv_qk_norm,
+    ),
+    Entry(
+        "served-precision",
+        "FP8 layers served in BF16 by the generation engine",
+        fp8_active.UPSTREAM,
+        "step 0 and after every refit",
+    ),
+    Entry(
+        "health",
+        "train/generation mismatch outside its healthy range for K steps",
+        "NVIDIA-NeMo/RL PR #3754, #2744, #3566, #4080, #1801",
+        "every step",
+    ),
+)
+PRE_LAUNCH = tuple(e for e in CATALOGUE if e.run is not None)
+
+
+def guard_context(
+    recipe: Any,
+    hf: dict[str, Any] | None,
+    nemo_rl_tree: Path | None,
+    worker: WorkerGpu | None,
+) -> GuardContext:
+    """The context of a loaded `Recipe` (config, provenance, path)."""
+    return GuardContext(
+        config=recipe.config,
+        provenance=dict(recipe.provenance),
+        hf=hf,
+        nemo_rl=NemoRLTree.read(nemo_rl_tree),
+        worker=worker,
+        recipe_path=Path(recipe.path) if getattr(recipe, "path", None) else None,
+    )
+
+
+def run_checks(ctx: GuardContext, name: str = "recipe") -> GuardReport:
+    """Every pre-launch check on `ctx`, in catalogue order."""
+    report = GuardReport(name)
+    for entry in PRE_LAUNCH:
+        assert entry.run is not None
+        report.results.append(entry.run(ctx))
+    return report
