@@ -94,13 +94,18 @@ def five_steps(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_the_guard_rails_count_the_served_layers_and_judge_the_health(five_steps: Path) -> None:
     """The served-precision check reached the CPU generation worker actor at step 0 and after
-    the first refit (NeMo RL's patches in place, every decoder linear block FP8), and the
-    closing summary judged the run's mismatch (docs/guard-rails.md)."""
+    the first refit (NeMo RL's patches in place, every decoder linear block FP8 but, on real
+    vLLM, the fused q/k/v the recipe keeps BF16), and the closing summary judged the run's
+    mismatch (docs/guard-rails.md)."""
     out = (five_steps.parent / "train.out").read_text()
+    real_vllm = "generation: NeMo RL's vLLM worker" in out
     for when in ("step 0", "after refit 1"):
         line = next(x for x in out.splitlines() if x.startswith(f"served-precision ({when}):"))
         assert re.search(r"\d+ fp8-block; NeMo RL FP8 patches in place$", line), line
-        assert "bf16" not in line
+        if real_vllm:  # the fused q/k/v of each decoder layer, kept BF16 (not whole FP8 blocks)
+            assert re.search(r": 2 bf16, \d+ fp8-block;", line), line
+        else:
+            assert "bf16" not in line
     assert "health (fp8):" in out
 
 
