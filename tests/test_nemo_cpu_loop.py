@@ -322,7 +322,7 @@ def test_trainer_quantized_refit_runs_the_loop(tmp_path: Path) -> None:
     steps = train_rows(run_dir)
     assert sorted(steps) == [1, 2, 3, 4]
     assert all(row["train/loss"] == row["train/loss"] for row in steps.values())  # finite
-    assert "quantize_on: trainer" in (run_dir / "nemo_rl_config.yaml").read_text()
+    assert "quantize_on: trainer" in (run_dir / "recipe.yaml").read_text()  # as run
 
 
 @pytest.mark.slow

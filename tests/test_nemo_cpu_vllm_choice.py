@@ -37,6 +37,13 @@ def test_block_fp8_needs_amx_and_bf16_does_not() -> None:
     assert blocker(_config("bfloat16"), {"avx512f"}, "0.25.1") is None
 
 
+def test_the_async_engine_falls_back_to_the_stand_in() -> None:
+    cfg = _config("fp8")
+    cfg["policy"]["generation"]["vllm_cfg"]["async_engine"] = True
+    why = blocker(cfg, AMX, "0.25.1")
+    assert why is not None and "async engine" in why and "nccl" in why
+
+
 def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
     why = blocker(_config("bfloat16"), AMX, None)
     assert why is not None and "scripts/nemo-rl-env.sh --vllm" in why

