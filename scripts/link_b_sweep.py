@@ -11,6 +11,8 @@ lower-clipped A<0 tokens: mean over the committed seeds of FP8-uncalibrated − 
     python scripts/link_b_sweep.py run --q 1.0,dose --seeds 1-3,5-6 --out runs/link-b
     python scripts/link_b_sweep.py archive --out runs/link-b     # -> docs/study/link-b/runs
     python scripts/link_b_sweep.py table                          # endpoints per q, from the archive
+    python scripts/link_b_sweep.py rerun --q 0 --seeds 1-3,5-6 --out runs/link-b-rerun
+                                                                  # reruns, compared bit for bit
 
 The setting search (`--setting NAME`, an overlay in configs/ablation/link-b-settings/) runs the
 same drop in another setting, q = 0 included (its own runs, not the study's):
@@ -120,6 +122,49 @@ def archive(out: Path, setting: str | None = None) -> list[Path]:
     return written
 
 
+# Keys that measure the machine, not the run: left out of the bit-for-bit comparison.
+MACHINE_KEYS = ("timing/", "throughput/", "system/")
+
+
+def committed_run(q: float, seed: int, setting: str | None = None) -> Path:
+    """The archived run of (q, seed): q = 0 of the study is the committed BF16 study run."""
+    if setting is None and q == 0:
+        return STUDY_RUNS / "grpo-study-bf16" / f"seed-{seed}"
+    return archive_of(setting) / f"{prefix(setting)}{q:g}" / f"seed-{seed}"
+
+
+def differences(committed: list[dict], rerun: list[dict]) -> list[str]:
+    """Where a rerun's metric records differ from the committed ones: every key the committed
+    record holds, except `MACHINE_KEYS`, must have the same value bit for bit (keys the engine
+    logs since, such as `validation/bf16_accuracy`, are not compared)."""
+    found = []
+    if len(committed) != len(rerun):
+        found.append(f"{len(committed)} records committed, {len(rerun)} rerun")
+    for old, new in zip(committed, rerun, strict=False):
+        for key, value in old.items():
+            if key.startswith(MACHINE_KEYS):
+                continue
+            if key not in new or new[key] != value:
+                found.append(f"step {old.get('step')}: {key} {value!r} vs {new.get(key, 'absent')!r}")
+    return found
+
+
+def rerun(qs: list[float], seeds: list[int], out: Path, jobs: int = 1) -> int:
+    """Run each (q, seed) again and compare its records with the archived run bit for bit;
+    prints one line per run and returns the number that differ (or failed)."""
+    failed = run(qs, seeds, out, jobs)
+    differing = 0
+    for q in qs:
+        for seed in seeds:
+            new = out / f"{PREFIX}{q:g}" / f"seed-{seed}"
+            old = committed_run(q, seed)
+            diffs = differences(analysis.read_records(old), analysis.read_records(new))
+            differing += bool(diffs)
+            what = "identical" if not diffs else f"DIFFERS ({len(diffs)}; first: {diffs[0]})"
+            print(f"q={q:g} seed {seed}: {what} to {old.relative_to(ROOT)}")
+    return differing + failed
+
+
 ENDPOINTS = (
     ("val_mean", "accuracy, mean after step 0"),
     ("val_gain", "gain from step 0"),
@@ -199,7 +244,7 @@ def settings_markdown() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["run", "archive", "table", "settings", "dose"])
+    ap.add_argument("what", choices=["run", "rerun", "archive", "table", "settings", "dose"])
     ap.add_argument("--q", default="1.0,dose,0.3,0.1")
     ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/link-b"))
@@ -212,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.what == "run":
         failed = run(q_values(args.q), parse_seeds(args.seeds), args.out, args.jobs, args.setting)
         return 1 if failed else 0
+    if args.what == "rerun":
+        return 1 if rerun(q_values(args.q), parse_seeds(args.seeds), args.out, args.jobs) else 0
     if args.what == "archive":
         archive(args.out, args.setting)
         return 0

@@ -1,12 +1,14 @@
-"""Seeds for the CPU study from a power calculation on the committed runs' paired SD.
+"""Seeds for the CPU study from a precision target on the committed runs' paired SD.
 
 For each paired difference of the primary accuracy endpoint (`nemo_fp8_rl/study/endpoints.yaml`:
 mean validation accuracy over every evaluation after step 0), the per-seed differences of the
 committed runs (`docs/study/runs/`) give the paired SD s (n0 seeds). With n seeds the 95 %
 Student-t interval of the mean difference has half-width h(n) = t(0.975, n − 1)·s/√n; the study
-needs the smallest n with h(n) ≤ `resolve_points` (endpoints.yaml), so that a difference of that
-size has an interval clear of 0. s is itself estimated from n0 seeds, so the n it implies is a
-planning figure, not a guarantee.
+needs the smallest n with h(n) ≤ `resolve_points` (endpoints.yaml). That is a precision target,
+not a power calculation: with h(n) equal to a true difference of that size, the estimate lands
+above or below it about equally often, so its interval is clear of 0 about half the time (about
+50 % power); 80 % power would need h(n) near 0.7 of it (1.96 / (1.96 + 0.84), many seeds). s is
+itself estimated from n0 seeds, so the n it implies is a planning figure, not a guarantee.
 
     uv run python scripts/study_power.py          # the table in docs/study/README.md
 """

@@ -188,9 +188,9 @@ def test_version_console_script() -> None:
     assert proc.returncode == 0 and proc.stdout.strip() == f"nemo_fp8_rl.submit {version()}"
 
 
-def test_readme_documents_every_exit_code() -> None:
-    readme = (project_root() / "README.md").read_text()
-    section = readme.split("### Exit codes", 1)[1].split("\n#", 1)[0]
+def test_docs_document_every_exit_code() -> None:
+    readme = (project_root() / "docs" / "commands.md").read_text()
+    section = readme.split("## Exit codes", 1)[1].split("\n#", 1)[0]
     rows = dict(re.findall(r"^\| (\d+) \| (.+?) \|$", section, re.M))
     assert {int(c) for c in rows} == {c for c, _ in EXIT_CODES}
 

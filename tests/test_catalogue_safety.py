@@ -27,7 +27,7 @@ COMMANDS = {**MAINS, "eval": eval_cli.main, "study": study.main}
 __all__ = ["hf_source"]  # the session fixture, shared with test_catalogue.py
 
 
-BOUND_S = 120  # a case still running after this long is a hang (each takes seconds)
+BOUND_S = 600  # a case still running after this long is a hang (each takes seconds when quiet)
 
 
 class Hung(BaseException):

@@ -231,7 +231,7 @@ def test_verdict_names_gap_speed_and_surge_step(pair):
     assert comparison.verdicts == [
         # accuracy rises linearly to its final value; the endpoint is the mean over steps 10-40
         # (0.625 of the final), so a 1.0-point final gap is a 0.6-point gap
-        "fp8 (FP8): matches BF16 within 0.6 points (mean validation accuracy after step 0, scored in rollout precision, step 40), 1.25x faster, entropy surge at step 30"
+        "fp8 (FP8): matches BF16 within 0.6 points (mean validation accuracy after step 0, scored in rollout precision, step 40), 1.25x faster, entropy surge at step 30 (z-score detector)"
     ]
     strict = compare_runs(pair, tolerance_points=0.5)
     assert "0.6 points below BF16" in strict.verdicts[0]
@@ -242,7 +242,7 @@ def test_no_surge_and_slower_run(tmp_path):
     b = load_run(write_project_run(tmp_path / "b", 30, precision="fp8", acc_final=0.5, step_s=2.0))
     (line,) = compare_runs([a, b]).verdicts
     assert line.endswith(
-        "matches BF16 within 0.0 points (mean validation accuracy after step 0, scored in rollout precision, step 30), 2.00x slower, no entropy surge"
+        "matches BF16 within 0.0 points (mean validation accuracy after step 0, scored in rollout precision, step 30), 2.00x slower, no entropy surge (z-score detector)"
     )
 
 

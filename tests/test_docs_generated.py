@@ -1,8 +1,12 @@
 """The numbers in README.md and docs/study/ are what the committed scripts write from the
 committed data: each generated block is regenerated here and compared with the file.
 
-- README.md and docs/study/README.md, study tables: `python -m nemo_fp8_rl.study --analyse-only
+- docs/study/README.md, study tables: `python -m nemo_fp8_rl.study --analyse-only
   --out docs/study/runs` (per-step metrics of every run, `docs/study/runs/`);
+- README.md, evidence paragraph: `scripts/readme_evidence.py` (the same runs, the mechanism
+  results and the link-B archive);
+- README.md, Setup costs: `benchmarks/bench_setup.py table` (`benchmarks/setup/*.json`, each a
+  measurement of the two Setup commands on a fresh clone);
 - docs/study/README.md, link-B table: `scripts/link_b_sweep.py table` (docs/study/link-b/runs/);
 - docs/study/README.md, power table: `scripts/study_power.py` (the same committed runs);
 - docs/study/README.md, mechanism table: `scripts/fp8_mechanism.py --table
@@ -59,14 +63,25 @@ def test_study_tables_in_docs_match_the_committed_runs(study_report):
     assert _block(ROOT / "docs/study/README.md", BEGIN, END) == generated
 
 
-def test_study_table_in_the_readme_matches_the_committed_runs(study_report):
-    from nemo_fp8_rl.cli.study import blocks, headline_block
-
-    table, rows, meta = blocks(ROOT / "docs/study/runs")
-    assert _block(ROOT / "README.md", BEGIN, END) == headline_block(rows, meta, table).strip()
+def test_study_results_match_the_committed_runs(study_report):
     results = json.loads((study_report / "results.json").read_text())
     committed = json.loads((ROOT / "docs/study/results.json").read_text())
     assert results == committed
+
+
+def test_readme_evidence_paragraph_matches_the_committed_runs():
+    evidence = _script("readme_evidence")
+    assert _block(ROOT / "README.md", evidence.BEGIN, evidence.END) == evidence.paragraph()
+    assert BEGIN not in (ROOT / "README.md").read_text(encoding="utf-8")  # no study table
+
+
+def test_readme_setup_cost_matches_the_saved_measurements():
+    spec = importlib.util.spec_from_file_location("setup", ROOT / "benchmarks/bench_setup.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    saved = sorted((ROOT / "benchmarks/setup").glob("*.json"))
+    assert saved, "no saved Setup measurement"
+    assert _block(ROOT / "README.md", bench.BEGIN, bench.END) == bench.table(saved).strip()
 
 
 def test_mechanism_table_matches_the_committed_results():

@@ -56,8 +56,10 @@ def test_validate_unknown_recipe_is_a_configuration_error(capsys):
 def test_dry_run_exits_3_when_no_engine_can_run(argv, capsys):
     assert invoke(train.main, [*argv, "--dry-run"]) == 3
     captured = capsys.readouterr()
-    assert "# engine: none (" in captured.out
-    assert captured.err.startswith("error: ") and "needs the NeMo RL engine" in captured.err
+    assert captured.out.splitlines()[-1].startswith("# engine: none usable here  run dir: runs/")
+    (line,) = captured.err.splitlines()  # said once, in one line, not also in the YAML's comment
+    assert line.startswith("error: ") and "(dry run): the recipe is valid; a real run needs " in line
+    assert "NeMo RL is not importable" not in captured.out and len(line) < 400
 
 
 def test_eval_dry_run_checks_and_writes_nothing(tmp_path, capsys):
@@ -281,16 +283,16 @@ def test_a_comparison_without_plots_keeps_the_earlier_plots(tmp_path):
 
 
 def test_more_seeds_advice_can_be_pasted(tmp_path, monkeypatch, capsys):
-    from nemo_fp8_rl.analysis.groups import more_seeds_commands
+    from nemo_fp8_rl.analysis.more_seeds import more_seeds_commands
+    from nemo_fp8_rl.config.commands import command
 
     monkeypatch.chdir(tmp_path)
     Workspace(tmp_path, lambda: tmp_path).run("runs/grpo-tiny-qwen3-cpu-bf16")  # the single run
     first, *_, last = more_seeds_commands(["grpo-tiny-qwen3-cpu-bf16", "grpo-tiny-qwen3-cpu-fp8"])
-    assert (
-        last
-        == "nemo_fp8_rl.compare runs/grpo-tiny-qwen3-cpu-bf16-seeds runs/grpo-tiny-qwen3-cpu-fp8-seeds"
+    assert last == (
+        f"{command('compare')} runs/grpo-tiny-qwen3-cpu-bf16-seeds runs/grpo-tiny-qwen3-cpu-fp8-seeds"
     )
-    argv = first.split()[1:]
+    argv = first.removeprefix(command("train")).split()
     assert invoke(train.main, [*argv, "--dry-run"]) == 0, capsys.readouterr().err
     assert "seed-1" in capsys.readouterr().out
 

@@ -2,8 +2,8 @@
 
 The import layers, the independence of the two engines and the absence of cycles are checked by
 import-linter (`uv run lint-imports`, contracts in pyproject.toml); this file checks what
-import-linter cannot: what the package root holds, that README's and docs/architecture.md's tables
-list exactly the package's folders, and that no module imports another module's `_private` names.
+import-linter cannot: what the package root holds, that docs/architecture.md's package map lists
+exactly the package's folders, and that no module imports another module's `_private` names.
 """
 
 from __future__ import annotations
@@ -33,13 +33,6 @@ def test_package_root_holds_only_folders_and_command_shims() -> None:
         imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
         target = SHIM_TARGET.get(name, name[:-3])
         assert imported == {f"nemo_fp8_rl.cli.{target}"}, f"{name} is more than a shim"
-
-
-def test_readme_package_table_has_one_row_per_folder() -> None:
-    readme = (ROOT / "README.md").read_text()
-    rows = re.findall(r"^\| `nemo_fp8_rl/([a-z0-9_]+)` \|", readme, flags=re.MULTILINE)
-    assert len(rows) == len(set(rows)), f"a folder has two rows: {rows}"
-    assert set(rows) == top_folders()
 
 
 def test_architecture_map_lists_every_folder() -> None:

@@ -272,3 +272,30 @@ def test_submit_refuses_a_recipe_that_fails_preflight(monkeypatch, capsys) -> No
         preflight_gate(recipe, skip=False)
     assert "data.use_multiple_dataloader" in capsys.readouterr().err
     assert preflight_gate(recipe, skip=True) is None
+
+
+def test_a_model_without_a_shipped_config_is_read_from_the_hugging_face_cache(
+    tmp_path, monkeypatch
+) -> None:
+    """A model the package ships no config.json for: refused at `policy.model_name` with the
+    ways to provide one (not a relative-path fix), then found in the Hugging Face cache as
+    `huggingface-cli download` lays it out, and the rehearsal goes on past it."""
+    import json
+
+    from nemo_fp8_rl.engines.nemo.preflight.offline_hub import model_config
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.delenv("NEMO_FP8_RL_MODEL_CONFIGS", raising=False)
+    monkeypatch.chdir(SRC)
+    overrides = [
+        "policy.model_name=Qwen/Qwen3-8B-Base-copy",
+        "policy.tokenizer.name=Qwen/Qwen3-8B-Base",
+    ]
+    recipe = load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", overrides)
+    (err,) = _preflight(recipe).errors
+    assert err.key == "policy.model_name" and "huggingface-cli download" in err.fix
+    assert "relative paths" not in err.fix
+    snap = tmp_path / "hub" / "models--Qwen--Qwen3-8B-Base-copy" / "snapshots" / ("0" * 40)
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps(model_config("Qwen/Qwen3-8B-Base")))
+    assert _preflight(load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", overrides)).ok

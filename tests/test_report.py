@@ -123,7 +123,7 @@ def test_markdown_reports_notes_missing_metrics_and_verdict(comparison):
     assert (
         # mean over the common validations 10-30: 0.6*20/30 - 0.6*20/40 = 10 points
         "- fp8 (FP8): 10.0 points above BF16 (mean validation accuracy after step 0, scored in "
-        "rollout precision, step 30), 1.33x faster, entropy surge at step 20" in md
+        "rollout precision, step 30), 1.33x faster, entropy surge at step 20 (z-score detector)" in md
     )
     assert "incomplete, last step 30 of 40" in md
     assert "last line 31 is not valid JSON (a run still writing it?)" in md
@@ -139,7 +139,7 @@ def test_summary_rows_format_missing_and_speedup(comparison):
     assert table["last step"] == ["40", "30"]
     assert table["L final"] == [MISSING, MISSING]
     assert table["speedup"] == ["1.00x", "1.33x"]
-    assert table["entropy surge"] == ["none", "step 20"]
+    assert table["entropy surge (z-score detector)"] == ["none", "step 20"]
     assert table["best val step"] == ["40", "30"]
     assert fmt(float("nan"), "{:.2f}") == MISSING and fmt(1.234, "{:.2f}") == "1.23"
 

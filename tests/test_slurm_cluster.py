@@ -184,7 +184,7 @@ def test_local_cluster_status_and_unknown_job(cluster, capsys):
     if not (state_dir / "etc" / "slurm.conf").exists():
         pytest.skip("this Slurm cluster was not started by scripts/local-slurm.sh")
     proc = subprocess.run(
-        ["bash", str(script), "status"], capture_output=True, text=True, timeout=30
+        ["bash", str(script), "status"], capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr
     assert "slurmctld up" in proc.stdout and re.search(r"^n2 ", proc.stdout, re.M)

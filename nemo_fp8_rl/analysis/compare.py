@@ -317,9 +317,9 @@ def verdict(
     if "train/entropy" in summary.missing:
         health = "entropy not logged"
     elif summary.surge_step is None:
-        health = "no entropy surge"
+        health = "no entropy surge (z-score detector)"
     else:
-        health = f"entropy surge at step {summary.surge_step}"
+        health = f"entropy surge at step {summary.surge_step} (z-score detector)"
     return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace_text}, {health}"
 
 

@@ -30,7 +30,7 @@ from nemo_fp8_rl.analysis.compare import (
     align,
     summarize_run,
 )
-from nemo_fp8_rl.analysis.recipe_diff import diff_configs
+from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs
 from nemo_fp8_rl.analysis.rundata import RunData
 from nemo_fp8_rl.runs import scores
 from nemo_fp8_rl.runs.seeds import seed_of_dir
@@ -94,15 +94,6 @@ ONE_RUN = (
 )
 
 
-def more_seeds_commands(recipes: Sequence[str], seeds: str = "1-3") -> list[str]:
-    """Commands that train each recipe over `seeds` in a new folder (a single-seed run's own
-    folder cannot also hold `seed-<k>` runs) and compare the results, ready to paste."""
-    lines = [
-        f"nemo_fp8_rl.train --recipe {r} --seeds {seeds} --run-dir runs/{r}-seeds" for r in recipes
-    ]
-    return [*lines, "nemo_fp8_rl.compare " + " ".join(f"runs/{r}-seeds" for r in recipes)]
-
-
 @dataclass
 class RunGroup:
     """The runs of one recipe and their seeds (None where a run's seed is unknown)."""
@@ -155,6 +146,7 @@ class GroupComparison:
     ratios: dict[str, dict[str, stats.Interval]]
     gaps: dict[str, Gap | None]
     verdicts: list[str]
+    recipe_diff: RecipeDiff | None = None  # between the groups' recipes, the seed left out
 
     @property
     def single_runs(self) -> bool:
@@ -334,7 +326,9 @@ def group_verdict(
     if clip_ratio is not None and np.isfinite(clip_ratio.estimate):
         text = stats.format_interval(clip_ratio, "{:.2f}x")  # Fieller; ∞ when unbounded
         parts.append(f"lower-bound clipping of A<0 tokens {text} {who}'s")
-    parts.append(f"entropy surge in {summary.surges} of {len(summary.seeds)} run(s)")
+    parts.append(
+        f"entropy surge (z-score detector) in {summary.surges} of {len(summary.seeds)} run(s)"
+    )
     return f"{head}: " + "; ".join(parts)
 
 
@@ -385,4 +379,20 @@ def compare_groups(
                 tolerance_points,
             )
         )
-    return GroupComparison(groups, summaries, ref, differences, ratios, gaps, verdicts)
+    comparison = GroupComparison(groups, summaries, ref, differences, ratios, gaps, verdicts)
+    comparison.recipe_diff = groups_diff(groups)
+    return comparison
+
+
+def groups_diff(groups: Sequence[RunGroup]) -> RecipeDiff | None:
+    """The recipe diff between the groups (one saved recipe each, `grpo.seed` left out, as
+    the seed differs by design); None when a group has no run with a saved recipe. Its
+    warning says when the groups differ outside precision, refit and calibration."""
+    configs = []
+    for group in groups:
+        config = next((r.config for r in group.runs if r.config), None)
+        if config is None:
+            return None
+        grpo = {k: v for k, v in (config.get("grpo") or {}).items() if k != "seed"}
+        configs.append({**config, "grpo": grpo})
+    return diff_configs([g.name for g in groups], configs)

@@ -40,6 +40,25 @@ SMOOTHED = (
 )
 
 
+# Metrics drawn on the whole [0, 1] axis when every value lies in it: a range cut to the data
+# would magnify a single seed's noise into a slope.
+UNIT_RANGE = ("validation/bf16_accuracy", "validation/accuracy", "train/reward")
+
+
+def unit_range(ax, metric: str, items: Sequence[HasValues]) -> None:
+    """Show the whole [0, 1] for an accuracy or reward panel whose values all lie in it."""
+    values = [np.asarray(i.values, dtype=float) for i in items]
+    finite = np.concatenate([v[np.isfinite(v)] for v in values]) if values else np.zeros(0)
+    if metric in UNIT_RANGE and finite.size and finite.min() >= 0.0 and finite.max() <= 1.0:
+        ax.set_ylim(-0.02, 1.02)
+
+
+def title_size(title: str, width_in: float, largest: float = 12.0) -> float:
+    """A suptitle font size (points) at which `title` fits `width_in` inches: a character is
+    about 0.6 em wide, and a tenth of the width is left as margin."""
+    return min(largest, 0.9 * width_in * 72.0 / (0.6 * max(len(title), 1)))
+
+
 def precision_title(precisions: Sequence[str]) -> str:
     """A report's title from its runs' precisions, in order of first appearance: "BF16 vs FP8",
     "BF16 runs" when all share one precision."""
@@ -119,7 +138,9 @@ def draw_panels(
     columns = min(max(width, 1), 3)
     fig, axes = panel_figure(len(panels), *size, legend_rows=-(-width // columns))
     for ax, (metric, label), items in zip(axes, labels, panels, strict=True):
-        style_axes(ax, [draw(ax, metric, color(i, item), item) for i, item in enumerate(items)])
+        drawn = [draw(ax, metric, color(i, item), item) for i, item in enumerate(items)]
+        style_axes(ax, drawn)
+        unit_range(ax, metric, drawn)
         ax.set_xlabel("step")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)
@@ -146,7 +167,7 @@ def draw_panels(
             fontsize=legend_size,
             frameon=False,
         )
-    fig.suptitle(title)
+    fig.suptitle(title, fontsize=title_size(title, fig.get_figwidth()))
     return fig
 
 

@@ -32,10 +32,16 @@ from nemo_fp8_rl.analysis.render import (
     rich_table,
     save_pngs,
 )
+from nemo_fp8_rl.analysis.surge import RULE
 from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
+SURGE_NOTE = (
+    f"Entropy surge: {RULE} (nemo_fp8_rl/analysis/surge.py). The CPU study and the note at the "
+    "end of an embedded run report another statistic, the largest rise above the trailing "
+    "20-step minimum against 0.1 nats; the two rules can disagree."
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +66,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("entropy", "Policy entropy", (("train/entropy", "entropy (nats per token)"),)),
     PlotSpec(
         "clip_lower_neg",
-        "Lower-bound clip fraction, negative-advantage (A<0) tokens",
+        "Lower-bound clipping of A<0 tokens",
         (("train/clip_lower_frac_neg", "share of A<0 tokens below L"),),
     ),
     PlotSpec(
@@ -129,7 +135,7 @@ def summary_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     )
     rows.append(
         [
-            "entropy surge",
+            "entropy surge (z-score detector)",
             *(
                 "none" if s.surge_step is None else f"step {s.surge_step}"
                 for s in comparison.summaries
@@ -208,10 +214,41 @@ def draw_plot(
     )
 
 
+def accuracy_axis(runs: Sequence) -> str:
+    """The validation-accuracy axis label, naming how the runs drawn were scored: BF16
+    generation, or the rollout engine's precision (NeMo RL runs, older runs)."""
+    found = {r.find(scores.BF16_ACCURACY)[1] for r in runs} - {None}
+    if found == {scores.BF16_ACCURACY}:
+        return "validation accuracy\n(BF16-scored)"
+    if found == {scores.ROLLOUT_ACCURACY}:
+        return "validation accuracy\n(rollout precision: FP8 for FP8 runs)"
+    return "validation accuracy (BF16-scored,\nrollout precision where not logged)"
+
+
+def plot_specs(runs: Sequence, speed_comparable: bool) -> list[PlotSpec]:
+    """`PLOTS` for these runs: the accuracy axis says how they were scored, and the step-time
+    plot is left out when the verdict refuses to compare speed (it would measure the load)."""
+    specs = []
+    for spec in PLOTS:
+        if spec.name == "step_time" and not speed_comparable:
+            continue
+        panels = tuple(
+            (m, accuracy_axis(runs) if m == scores.BF16_ACCURACY else label)
+            for m, label in spec.panels
+        )
+        specs.append(PlotSpec(spec.name, spec.title, panels))
+    return specs
+
+
 def write_plots(comparison: Comparison, out_dir: Path) -> dict[str, Path]:
-    """Draw every `PLOTS` entry that at least one run has data for; returns name -> PNG path."""
+    """Draw every `plot_specs` entry that at least one run has data for; returns name -> PNG
+    path. Step time is drawn only when every run's speed may be compared with the reference."""
+    from nemo_fp8_rl.analysis.compare import speed_refusal
+
     surges = {s.name: s.surge_step for s in comparison.summaries if s.surge_step is not None}
-    panels = {spec: plot_data(comparison, spec) for spec in PLOTS}
+    ref = comparison.runs[comparison.reference]
+    comparable = all(speed_refusal(ref, r) is None for r in comparison.runs if r is not ref)
+    panels = {spec: plot_data(comparison, spec) for spec in plot_specs(comparison.runs, comparable)}
     names = [r.name for r in comparison.runs]
     return save_pngs(
         {spec.name: draw_plot(spec, p, surges, names) for spec, p in panels.items() if any(p)},
@@ -239,7 +276,7 @@ def render_markdown(comparison: Comparison, plots: dict[str, Path]) -> str:
     for head, notes in _run_lines(comparison):
         lines.append(f"- {head}")
         lines += [f"  - {n}" for n in notes]
-    lines += ["", "## Summary", "", *md_table(*summary_rows(comparison)), ""]
+    lines += ["", "## Summary", "", *md_table(*summary_rows(comparison)), "", SURGE_NOTE, ""]
     lines += render_diff_markdown(comparison.recipe_diff, level=2)
     if plots:
         lines += ["## Plots", ""]
@@ -290,17 +327,8 @@ def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
             f"<li>{e(head)}<ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul></li>"
         )
     parts.append("</ul><h2>Summary</h2>" + html_table(*summary_rows(comparison)))
-    diff = comparison.recipe_diff
-    parts.append("<h2>Recipe differences</h2>")
-    if diff is None:
-        parts.append("<p>Not available: not every run saved its recipe.yaml.</p>")
-    else:
-        parts += [f"<p class='warn'>Warning: {e(w)}</p>" for w in diff.warnings]
-        parts.append(
-            html_table(*diff_rows(diff))
-            if diff.entries
-            else "<p>The resolved configs are identical.</p>"
-        )
+    parts.append(f"<p>{e(SURGE_NOTE)}</p>")
+    parts += render_diff_html(comparison.recipe_diff)
     if plots:
         parts.append("<h2>Plots</h2>")
         for name, path in plots.items():
@@ -308,6 +336,20 @@ def render_html(comparison: Comparison, plots: dict[str, Path]) -> str:
             parts.append(f"<img alt='{e(name)}' src='data:image/png;base64,{data}'>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def render_diff_html(diff: RecipeDiff | None) -> list[str]:
+    """The recipe-diff section as HTML parts (or a line saying it is unavailable)."""
+    parts = ["<h2>Recipe differences</h2>"]
+    if diff is None:
+        return [*parts, "<p>Not available: not every run saved its recipe.yaml.</p>"]
+    parts += [f"<p class='warn'>Warning: {html.escape(w)}</p>" for w in diff.warnings]
+    parts.append(
+        html_table(*diff_rows(diff))
+        if diff.entries
+        else "<p>The resolved configs are identical.</p>"
+    )
+    return parts
 
 
 def write_report(comparison: Comparison, out_dir: str | Path, plots: bool = True) -> ReportFiles:

@@ -32,7 +32,13 @@ from nemo_fp8_rl.analysis.render import (
     rich_table,
     save_pngs,
 )
-from nemo_fp8_rl.analysis.report import PLOTS, PlotSpec
+from nemo_fp8_rl.analysis.report import (
+    PlotSpec,
+    plot_specs,
+    print_diff,
+    render_diff_html,
+    render_diff_markdown,
+)
 from nemo_fp8_rl.config.safe_files import write_atomic
 
 SPLITS = (  # (key prefix, panel title) of the response-entropy quartile splits
@@ -81,7 +87,10 @@ def table_rows(comparison: GroupComparison) -> tuple[list[str], list[list[str]]]
             diffs.append(text + (" (paired)" if paired and text != "-" else ""))
         rows.append([column.header, *cells, *diffs])
     rows.append(
-        ["entropy surges", *(f"{s.surges} of {len(s.seeds)}" for s in comparison.summaries)]
+        [
+            "entropy surges (z-score detector)",
+            *(f"{s.surges} of {len(s.seeds)}" for s in comparison.summaries),
+        ]
         + ["" for _ in others]
     )
     return headers, rows
@@ -203,8 +212,13 @@ def draw_overclip_plot(comparison: GroupComparison):
 
 
 def write_plots(comparison: GroupComparison, out_dir: Path) -> dict[str, Path]:
-    """Band plots for every `report.PLOTS` entry with data, plus the entropy-quartile bars."""
-    panels = {spec: band_data(comparison, spec) for spec in PLOTS}
+    """Band plots for every `report.plot_specs` entry with data (step time only when every
+    run's load allows comparing speed), plus the entropy-quartile bars."""
+    from nemo_fp8_rl.analysis.compare import speed_refusal
+
+    runs = [r for g in comparison.groups for r in g.runs]
+    comparable = all(speed_refusal(runs[0], r) is None for r in runs[1:])
+    panels = {spec: band_data(comparison, spec) for spec in plot_specs(runs, comparable)}
     names = [s.name for s in comparison.summaries]  # one color per recipe in every figure
     figures = {spec.name: draw_band_plot(spec, p, names) for spec, p in panels.items() if any(p)}
     return save_pngs(figures | {"overclip_entropy": draw_overclip_plot(comparison)}, out_dir)
@@ -238,6 +252,8 @@ def render_markdown(
     notes = _notes(comparison)
     if notes:
         lines += ["## Notes", "", *(f"- {n}" for n in notes), ""]
+    if comparison.recipe_diff is not None:
+        lines += render_diff_markdown(comparison.recipe_diff, level=2)
     if runs_report:
         lines += [f"Per-run detail (every seed as its own run): [{runs_report}]({runs_report})", ""]
     if plots:
@@ -264,6 +280,8 @@ def render_html(
     notes = _notes(comparison)
     if notes:
         parts.append("<h2>Notes</h2><ul>" + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>")
+    if comparison.recipe_diff is not None:
+        parts += render_diff_html(comparison.recipe_diff)
     if runs_report:
         parts.append(f"<p>Per-run detail: <a href='{e(runs_report)}'>{e(runs_report)}</a></p>")
     for name, path in plots.items():
@@ -296,5 +314,7 @@ def print_groups(comparison: GroupComparison, console=None) -> None:
     console.print(INTRO, highlight=False)
     for note in _notes(comparison):
         console.print(f"  [yellow]{note}[/yellow]", highlight=False)
+    if comparison.recipe_diff is not None:
+        print_diff(comparison.recipe_diff, console)
     for line in comparison.verdicts:
         console.print(f"[bold green]verdict[/bold green] {line}", highlight=False)

@@ -1,5 +1,10 @@
 """Entropy-surge detection, online (during training) and offline (over logged metrics).
 
+`compare` calls a step a surge onset by this detector's rule (a rolling z-score, `RULE`). The
+CPU study and the note at the end of an embedded run report another statistic, the largest rise
+of the entropy above its trailing minimum against a fixed threshold (`study/endpoints.yaml`):
+the two measure different things and can disagree, so each output names its rule.
+
 Standard library only, so the comparison tool can use it without importing torch.
 """
 
@@ -64,3 +69,15 @@ def detect_entropy_surges(
     for step, value in zip(steps, entropies, strict=True):
         det.update(int(step), float(value))
     return list(det.onsets)
+
+
+def rule_text(det: EntropySurgeDetector | None = None) -> str:
+    """The detector's rule in words, for every output that reports its surges."""
+    d = det or EntropySurgeDetector()
+    return (
+        f"z-score detector: entropy ≥ {d.z_threshold:g} SD and ≥ {d.min_rise:g} nats above the "
+        f"mean of the previous {d.window} steps"
+    )
+
+
+RULE = rule_text()

@@ -133,8 +133,14 @@ def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> N
         nargs="*",
         default=[],  # without a default argparse calls a `*` positional "required"
         metavar="key=value|~key",
-        help="overrides checked by the recipe's schema: dotted.key=value sets a key, "
-        "~dotted.key deletes one",
+        help="overrides, in Hydra's syntax as NeMo RL takes them: dotted.key=value sets a key, "
+        "+dotted.key=value adds one the recipe does not have (refused on one it has), "
+        "++dotted.key=value adds or sets, ~dotted.key deletes. What differs from NeMo RL: the "
+        "schema, not the prefix, decides which keys exist, so + adds only a key of NeMo RL's "
+        "config classes or inside a free-form section (env, *.env_vars, vllm_kwargs, "
+        "hf_config_overrides, slurm.env), where NeMo RL's + adds any key and ignores one it "
+        "does not read; and key=value also sets such a key the recipe leaves out, where NeMo "
+        "RL needs +",
     )
 
 

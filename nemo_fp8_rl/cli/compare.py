@@ -141,12 +141,8 @@ def compare_run_dirs(
     """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
     table and verdicts, write the report files and `verdict.json`; returns the verdict."""
     from nemo_fp8_rl.analysis.compare import compare_runs
-    from nemo_fp8_rl.analysis.groups import (
-        ONE_RUN,
-        compare_groups,
-        group_runs,
-        more_seeds_commands,
-    )
+    from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
+    from nemo_fp8_rl.analysis.more_seeds import more_seeds_commands
     from nemo_fp8_rl.analysis.report import print_comparison, write_report
     from nemo_fp8_rl.analysis.report_folder import claim, default_folder, input_path
     from nemo_fp8_rl.analysis.rundata import load_run
@@ -176,7 +172,8 @@ def compare_run_dirs(
         print_comparison(comparison)
         if len(recipes) >= 2:
             print("more seeds of each recipe (the verdict then gets intervals):")
-            print("\n".join(f"  {c}" for c in more_seeds_commands([g.name for g in recipes])))
+            names, firsts = [g.name for g in recipes], [g.runs[0] for g in recipes]
+            print("\n".join(f"  {c}" for c in more_seeds_commands(names, firsts)))
         files = write_report(comparison, out, plots=plots)
         print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
         verdict = runs_verdict(comparison, tolerance)
@@ -192,7 +189,9 @@ def write_evaluations(tables: list, out: Path) -> None:
     from nemo_fp8_rl.evals import table
 
     if not tables:
-        print("no evaluations (runs/<name>/eval/*.json): run nemo_fp8_rl.eval --run <run> first")
+        from nemo_fp8_rl.config.commands import command
+
+        print(f"no evaluations (runs/<name>/eval/*.json): run {command('eval')} --run <run> first")
         return
     table.print_tables(tables)
     write_atomic(out / "evaluation.md", table.markdown(tables))

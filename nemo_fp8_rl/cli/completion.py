@@ -1,17 +1,19 @@
 """`nemo_fp8_rl.completion bash`: a bash completion script for every command.
 
-    eval "$(uv run python -m nemo_fp8_rl completion bash)"     # this shell
-    uv run python -m nemo_fp8_rl completion bash > ~/.local/share/bash-completion/completions/nemo_fp8_rl
+    eval "$(uv run nemo_fp8_rl.completion bash)"     # this shell
+    uv run nemo_fp8_rl.completion bash > ~/.local/share/bash-completion/completions/nemo_fp8_rl
 
-The script is generated from the commands themselves: each command's flags are read from its
-`--help` (so a new flag completes once it exists), recipe names (`--recipe`, `--config`,
-`recipes show|validate|cp`) from `recipes/`, and every other value completes as a path. Recipe
-names are matched as plain text and never expanded: a recipe file named `$(touch pwned).yaml`
-completes as that name and runs nothing (`compgen -W` would expand it). It
-completes the console scripts `nemo_fp8_rl.<command>` and `nemo_fp8_rl <command>` (in an
-activated environment, or after `uv run`: `uv run nemo_fp8_rl.train --re<TAB>` completes
-through uv's own arguments only if uv's completion passes them on, so activating `.venv` is the
-sure way). Regenerate it after adding recipes.
+The script is generated from the commands themselves: each command's flags are read from the
+options its `--help` lists, and those of each of its subcommands (`recipes list --help`), so a new
+flag completes once it exists and a flag a command refuses is never offered; recipe names
+(`--recipe`, `--config`, `recipes show|validate|cp`) come from `recipes/`, and every other value
+completes as a path. Recipe names are matched as plain text and never expanded: a recipe file
+named `$(touch pwned).yaml` completes as that name and runs nothing (`compgen -W` would expand
+it). It completes the console scripts `nemo_fp8_rl.<command>` and `nemo_fp8_rl <command>`, and
+the same after `uv run [uv's options]` (the README's form) or `python -m`: a completion for `uv`
+hands every other `uv` command line to the completion `uv` had when the script was loaded (load
+it after uv's own, `uv generate-shell-completion bash`), or to file names. Regenerate it after
+adding recipes.
 """
 
 from __future__ import annotations
@@ -26,17 +28,49 @@ from nemo_fp8_rl.cli.commands import COMMANDS
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 
 FLAG = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)")
+SUBCOMMANDS = re.compile(r"\{([a-z][\w,-]*)\}")
 RECIPE_FLAGS = ("--recipe", "--config")
 
 
-def command_flags(name: str) -> list[str]:
-    """The flags `nemo_fp8_rl.<name> --help` prints, in order, each once."""
+def _help(name: str, argv: list[str]) -> str:
     module = importlib.import_module(f"nemo_fp8_rl.cli.{name}")
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.suppress(SystemExit):
-        module.main(["--help"])
-    found = dict.fromkeys(FLAG.findall(out.getvalue()))
-    return [f for f in found if f not in ("-h",)]
+        module.main([*argv, "--help"])
+    return out.getvalue()
+
+
+def option_flags(text: str) -> list[str]:
+    """The flags of a `--help` text's option lists (a line that starts with an option), not
+    those its prose, examples or exit codes mention."""
+    found: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("  -"):
+            head = line[2:].split("  ", 1)[0]  # "-h, --help" or "--recipe RECIPE, --config RECIPE"
+            found += FLAG.findall(head)
+    return found
+
+
+def subcommands(text: str) -> list[str]:
+    """The subcommands a `--help` text lists under its positional arguments (`{a,b,c}`)."""
+    section = text.split("positional arguments:", 1)[1] if "positional arguments:" in text else ""
+    first = section.strip().splitlines()[0] if section.strip() else ""
+    found = SUBCOMMANDS.fullmatch(first.strip())
+    return found.group(1).split(",") if found else []
+
+
+# Commands whose first word picks another parser outside argparse's subcommands
+# (`submit status|logs|cancel JOB` has its own flags).
+OTHER_PARSERS = {"submit": ["status"]}
+
+
+def command_flags(name: str) -> list[str]:
+    """The flags `nemo_fp8_rl.<name>` and each of its subcommands accept, in order, each once."""
+    text = _help(name, [])
+    flags = option_flags(text)
+    for sub in [*subcommands(text), *OTHER_PARSERS.get(name, [])]:
+        flags += option_flags(_help(name, [sub]))
+    return [f for f in dict.fromkeys(flags) if f != "-h"]
 
 
 def recipe_names() -> list[str]:
@@ -50,18 +84,18 @@ def recipe_names() -> list[str]:
 
 
 def bash_script() -> str:
-    """The completion function and its `complete` lines (see the module docstring)."""
+    """The completion functions and their `complete` lines (see the module docstring)."""
     cases = "\n".join(
         f"        {name}) flags={shlex.quote(' '.join(command_flags(name)))} ;;"
         for name in COMMANDS
     )
     return f"""# bash completion for nemo_fp8_rl (nemo_fp8_rl completion bash)
-_nemo_fp8_rl() {{
-    local cur prev cmd i flags
+_nemo_fp8_rl_at() {{
+    local s=$1 cur prev cmd i flags
     cur="${{COMP_WORDS[COMP_CWORD]}}"
     prev="${{COMP_WORDS[COMP_CWORD-1]}}"
-    cmd="${{COMP_WORDS[0]##*/}}"
-    i=1
+    cmd="${{COMP_WORDS[s]##*/}}"
+    i=$((s + 1))
     if [[ "$cmd" == nemo_fp8_rl ]]; then
         if (( COMP_CWORD == i )); then
             COMPREPLY=($(compgen -W {shlex.quote(" ".join(COMMANDS))} -- "$cur"))
@@ -93,7 +127,29 @@ _nemo_fp8_rl() {{
         mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     fi
 }}
+_nemo_fp8_rl() {{
+    _nemo_fp8_rl_at 0
+}}
+# `uv run [options] nemo_fp8_rl.<command> ...` and `uv run python -m nemo_fp8_rl[.<command>] ...`
+_nemo_fp8_rl_uv_before="$(complete -p uv 2>/dev/null | sed -n 's/.*-F \\([^ ]*\\).*/\\1/p')"
+[[ "$_nemo_fp8_rl_uv_before" == _nemo_fp8_rl_uv ]] && _nemo_fp8_rl_uv_before=""
+_nemo_fp8_rl_uv() {{
+    local j word
+    for (( j = 1; j < COMP_CWORD; j++ )); do
+        word="${{COMP_WORDS[j]##*/}}"
+        if [[ "$word" == nemo_fp8_rl || "$word" == nemo_fp8_rl.* ]]; then
+            _nemo_fp8_rl_at "$j"
+            return 0
+        fi
+    done
+    if [[ -n "$_nemo_fp8_rl_uv_before" ]]; then
+        "$_nemo_fp8_rl_uv_before" "$@"
+    else
+        COMPREPLY=($(compgen -f -- "${{COMP_WORDS[COMP_CWORD]}}"))
+    fi
+}}
 complete -o filenames -F _nemo_fp8_rl nemo_fp8_rl {" ".join(f"nemo_fp8_rl.{c}" for c in COMMANDS)}
+complete -o filenames -F _nemo_fp8_rl_uv uv
 """
 
 

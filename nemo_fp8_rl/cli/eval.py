@@ -83,6 +83,7 @@ def evaluate_run(
     t0 = time.perf_counter()
     missing: dict[str, str] = {}
     print(f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}")
+    _print_best_note(run_dir, selection)
     if engine == "local":
         from nemo_fp8_rl.evals import local
 
@@ -117,6 +118,14 @@ def evaluate_run(
     return path
 
 
+def _print_best_note(run_dir: Path, selection) -> None:
+    from nemo_fp8_rl.evals.checkpoints import best_note
+
+    note = best_note(run_dir, selection)
+    if note:
+        print(f"  {note}")
+
+
 def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Path | None) -> int:
     """Check every argument as a real evaluation does and print what it would do; exit code 3
     when the engine the run needs is not usable here (a GPU run without NeMo RL), as `train`."""
@@ -127,6 +136,7 @@ def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Pa
         f"({', '.join(b.name for b in suite.benchmarks)}) with the {request.engine} engine, "
         f"writing {run_dir / 'eval' / (suite.name + '.json')}"
     )
+    _print_best_note(run_dir, selection)
     if request.engine == "nemo":
         from nemo_fp8_rl.engines.nemo.driver.compat import available
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, resolve_ref, short_name
+from nemo_fp8_rl.config.commands import command
 from nemo_fp8_rl.config.user_error import USAGE, UsageError
 
 DESCRIPTION = """\
@@ -26,7 +27,10 @@ commands:
                                   B200 and GB200 (or the workers' type T)
   validate [R ...]                load and check recipes (all when none is given)
   cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
-     [--full]                     from any folder (--full: every key, no defaults:)"""
+     [--full]                     from any folder (--full: every key, no defaults:)
+  import NEMO.yaml [FILE.yaml]    a NeMo RL GRPO config as a recipe, every key kept; --fp8 adds
+     [--fp8 [R]] [--calibrated]   FP8, --calibrated calibrated clipping; key=value overrides
+     [key=value ...]              apply last (see: nemo_fp8_rl.recipes import --help)"""
 COLUMNS = ("recipe", "model", "cluster", "training", "rollout", "calibration")
 
 
@@ -105,7 +109,7 @@ def _print_table(rows: list[tuple[str, ...]]) -> None:
 
 def cmd_validate(refs: list[str]) -> int:
     """Load and check each recipe (every recipe when none is named); an invalid one is a
-    configuration error (exit code 2), as README's table says."""
+    configuration error (exit code 2), as the exit-code table says."""
     start = time.perf_counter()
     paths = refs or find_recipes()
     failed = 0
@@ -173,21 +177,27 @@ def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
     path = copy_recipe(recipe, dest, overwrite=overwrite, full=full)
     what = "the full configuration" if full else "a copy"
     print(f"wrote {path}: {what} of {recipe} to edit; train it with")
-    print(f"  nemo_fp8_rl.train --recipe {shlex.quote(str(path))}")
+    print(f"  {command('train')} --recipe {shlex.quote(str(path))}")
     return 0
 
 
 def cmd_import(
-    source: Path, dest: Path | None, fp8: str | None, calibrated: bool, overwrite: bool
+    source: Path,
+    dest: Path | None,
+    fp8: str | None,
+    calibrated: bool,
+    overwrite: bool,
+    overrides: list[str] = (),
 ) -> int:
-    """Write NeMo RL's config `source` as a recipe (validated), and say how to train it."""
+    """Write NeMo RL's config `source` as a recipe (validated), with `overrides` applied last,
+    and say how to train it."""
     from nemo_fp8_rl.config.nemo_import import import_nemo_config, write_imported
 
     if not source.is_file():
         raise UsageError(
             "recipes import", f"{source}: no such file", "give the path of a NeMo RL config"
         )
-    imported = import_nemo_config(source, fp8, calibrated)
+    imported = import_nemo_config(source, fp8, calibrated, overrides)
     if dest is None:
         suffix = (f"-fp8-{fp8}" if fp8 else "") + ("-calibrated" if calibrated else "")
         dest = Path(f"{source.stem}{suffix}.yaml")
@@ -199,7 +209,7 @@ def cmd_import(
     )
     for key, value in imported.derived.items():
         print(f"  {key}: NeMo RL's {value!r} derives from the run here (--run-dir DIR moves it)")
-    print(f"train it with\n  nemo_fp8_rl.train --recipe {path}")
+    print(f"train it with\n  {command('train')} --recipe {shlex.quote(str(path))}")
     return 0
 
 
@@ -233,6 +243,25 @@ def _add_import(sub) -> None:
         help="add calibrated clipping (configs/loss/calibrated-clipping.yaml)",
     )
     imp.add_argument("--overwrite", action="store_true", help="replace an existing file")
+    imp.add_argument(
+        "overrides",
+        nargs="*",
+        default=[],
+        metavar="key=value",
+        help="overrides applied last, as train takes them (e.g. "
+        "policy.train_global_batch_size=128: several optimiser steps per rollout batch, which "
+        "--calibrated needs)",
+    )
+
+
+def _import_args(args) -> tuple[Path | None, list[str]]:
+    """(the recipe to write, the overrides): a first `key=value` is an override, not a file."""
+    overrides = [*args.overrides]
+    dest = args.dest
+    if dest is not None and "=" in str(dest) and not str(dest).endswith((".yaml", ".yml")):
+        overrides.insert(0, str(dest))
+        dest = None
+    return dest, overrides
 
 
 def _parser() -> ArgumentParser:
@@ -305,7 +334,7 @@ def _parser() -> ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args, extra = parser.parse_known_args(argv)
-    if args.cmd == "show":
+    if args.cmd in ("show", "import"):
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
@@ -316,7 +345,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "cp":
         return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
     if args.cmd == "import":
-        return cmd_import(args.source, args.dest, args.fp8, args.calibrated, args.overwrite)
+        dest, overrides = _import_args(args)
+        return cmd_import(args.source, dest, args.fp8, args.calibrated, args.overwrite, overrides)
     return cmd_validate(args.recipes)
 
 

@@ -154,6 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="key=value|~key",
         help="recipe overrides (with --recipe)",
     )
+    if list(sys.argv[1:] if argv is None else argv) in (["-h"], ["--help"]):
+        # one subcommand: its flags belong in the command's help too (`refit export --help`)
+        head, _, tail = parser.format_help().partition("\noptions:\n")
+        own = exp.format_help().split("\noptions:\n", 1)[1].split("\n\n", 1)[0]
+        own = "\n".join(line for line in own.splitlines() if not line.startswith("  -h, "))
+        print(f"{head}\nexport options:\n{own}\n\noptions:\n{tail}", end="")
+        return 0
     args, extra = parser.parse_known_args(argv)
     unknown = [a for a in extra if ("=" not in a and not a.startswith("~")) or a.startswith("-")]
     if unknown:

@@ -148,16 +148,28 @@ def print_run_note(run_dir, loss_fn: dict) -> None:
 
 def dry_run(recipe, requested: str, *, resume: bool = False, overwrite: bool = False) -> int:
     """Print the resolved recipe and the engine that would run it. Where no engine can run it
-    here, the end says so and the exit code is 3, as the real `train`'s; where the engine
-    would refuse the recipe (`engines.choose.check_engine`: its rules, hand-set output
-    folders), exit 2 as the real `train` does (the error line on stderr, after the YAML, so
-    that it is the last thing a terminal shows)."""
+    here, one line on stderr says so (the recipe is valid; which engine a real run needs; how
+    to get it) and the exit code is 3, as the real `train`'s (`recipes validate` is the check
+    that exits 0); where the engine would refuse the recipe (`engines.choose.check_engine`: its
+    rules, hand-set output folders), exit 2 as the real `train` does (the error line on stderr,
+    after the YAML, so that it is the last thing a terminal shows)."""
     print(recipe.to_yaml(), end="")
     try:
         engine = choose_engine(recipe, requested)
     except EngineUnavailable as exc:
-        print(f"# engine: none ({exc})")
-        raise
+        print(f"# engine: none usable here  run dir: {recipe.run_dir}")
+        why = exc.what.partition("not usable here: ")[2].split(". ")[0] or exc.what
+        where = (
+            "in NeMo RL's CPU environment (bash scripts/nemo-rl-env.sh /path/to/nemo-rl -- "
+            "python -m nemo_fp8_rl.train ...)"
+            if recipe.config["cluster"]["gpus_per_node"] == 0
+            else "where NeMo RL is installed (docs/cluster.md), or on Slurm with nemo_fp8_rl.submit"
+        )
+        raise EngineUnavailable(
+            f"{recipe.name} (dry run)",
+            f"the recipe is valid; a real run needs the NeMo RL engine, not usable here ({why})",
+            f"run it {where}; nemo_fp8_rl.recipes validate checks a recipe and exits 0",
+        ) from None
     print(f"# engine: {engine}  run dir: {recipe.run_dir}")
     check_engine(recipe, engine, resume=resume, overwrite=overwrite)
     return 0

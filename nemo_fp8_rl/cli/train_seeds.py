@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import SEEDS_SYNTAX
+from nemo_fp8_rl.config.commands import command
 from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.runs.seeds import (
     SEED_KEY,
@@ -114,7 +115,7 @@ def main_seeds(args: argparse.Namespace) -> int:
     print("---- seeds ----")
     for line in summary_lines(outcomes):
         print(line)
-    print(f"compare with: nemo_fp8_rl.compare {shlex.quote(str(group))} <other recipe's run dir>")
+    print(f"compare with: {command('compare')} {shlex.quote(str(group))} <other recipe's run dir>")
     failed = [o.seed for o in outcomes if not o.ok]
     if failed:
         print(

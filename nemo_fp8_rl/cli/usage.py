@@ -1,6 +1,6 @@
 """What every command's `--help` ends with: examples and the exit codes, in one place.
 
-`EXIT_CODES` is the one table of exit codes; README's "Exit codes" section repeats it and a test
+`EXIT_CODES` is the one table of exit codes; docs/commands.md's "Exit codes" section repeats it and a test
 checks that the two agree.
 """
 

@@ -25,7 +25,7 @@ import yaml
 
 from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
 from nemo_fp8_rl.config.interpolate import escape_literals, resolve_all
-from nemo_fp8_rl.config.loader import leaf_sources, load_chain, merge, read_yaml
+from nemo_fp8_rl.config.loader import apply_overrides, leaf_sources, load_chain, merge, read_yaml
 from nemo_fp8_rl.config.locations import base_config_path, configs_dir
 from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
@@ -123,8 +123,11 @@ def _short(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = False) -> Imported:
-    """NeMo RL's config at `path` over the project's base, with the chosen overlays on top."""
+def import_nemo_config(
+    path: Path, fp8: str | None = None, calibrated: bool = False, overrides: list[str] = ()
+) -> Imported:
+    """NeMo RL's config at `path` over the project's base, with the chosen overlays on top and
+    the `overrides` (Hydra syntax, as `train` takes them) last."""
     files: list[Path] = []
     nemo, nemo_prov = load_nemo_config(path, files)
     refusals = _refusals(nemo, nemo_prov, fp8, calibrated)
@@ -150,6 +153,9 @@ def import_nemo_config(path: Path, fp8: str | None = None, calibrated: bool = Fa
         # NeMo RL's grpo.setup asserts importance-sampling correction for FP8 rollouts.
         fix = {"loss_fn": {"use_importance_sampling_correction": True}}
         config, prov = merge(config, prov, fix, leaf_sources(fix, FP8_IS_SOURCE))
+    issues = apply_overrides(config, list(overrides), prov)
+    if issues:
+        raise RecipeError(str(path), issues)
     source = Path(path).resolve()
     return Imported(source, config, prov, overlays, filled, derived, changed, files)
 
@@ -270,6 +276,9 @@ def to_recipe_text(imported: Imported) -> str:
         head.append(f"# NeMo RL's {key}: {old!r} is written {new!r} ({WHY_CHANGED[key]}).")
     if imported.overlays:
         head.append(f"# Overlays: {', '.join(f'configs/{o}.yaml' for o in imported.overlays)}")
+    overridden = sorted(k for k, src in imported.provenance.items() if src == "override")
+    if overridden:
+        head.append(f"# Set on the import command: {', '.join(overridden)}")
     if any(src == FP8_IS_SOURCE for src in imported.provenance.values()):
         head.append(f"# loss_fn.use_importance_sampling_correction: true, set by {FP8_IS_SOURCE}")
     body = yaml.safe_dump(imported.config, sort_keys=False, default_flow_style=False, width=100)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from nemo_fp8_rl.config import optimiser_steps
 from nemo_fp8_rl.config.engine_rules import engine_rules
 from nemo_fp8_rl.config.errors import ConfigIssue
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
@@ -193,7 +194,7 @@ def calibration_requirements(config: dict, prov: dict[str, str]) -> list[ConfigI
                 prov,
                 "policy.train_global_batch_size",
                 f"calibration on with {updates_per_step(config):g} optimiser step per rollout batch: the ratio stays at 1, clipping is structurally inactive",
-                "make train_global_batch_size smaller than num_prompts_per_step x num_generations_per_prompt",
+                optimiser_steps.fix_text(config),
             )
         )
     if _get(config, "loss_fn.sequence_level_importance_ratios") or not _get(

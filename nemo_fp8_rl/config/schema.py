@@ -292,12 +292,24 @@ def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, s
         if close
         else f"remove it; known keys here: {', '.join(known)}"
     )
+    source = source_of(prov, path)
+    if source == "override":
+        fix += f" ({OVERRIDE_KEYS})"
     return ConfigIssue(
         path,
         "unknown key (not in the base config or the project schema)",
         fix,
-        source_of(prov, path),
+        source,
     )
+
+
+# What an override may name, unlike NeMo RL's Hydra overrides (where `+` adds any key and a key
+# nothing reads is ignored); `train --help` and docs/recipes.md say the same.
+OVERRIDE_KEYS = (
+    "an override, with + or without, sets only a key of the base config, of NeMo RL's config "
+    "classes (config/nemo_rl_keys.py) or inside a free-form section (env, *.env_vars, "
+    "vllm_kwargs, hf_config_overrides, slurm.env); NeMo RL's +key would add it and ignore it"
+)
 
 
 def _same_type(value: Any, expected: Any) -> bool:

@@ -207,6 +207,41 @@ def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> 
     )
 
 
+def select_nemo_cpu(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> Selection:
+    """A checkpoint of a run of NeMo RL's loop on CPU; `step_0` is the handed-over model."""
+    if selector == "step_0":
+        model = run_dir / "nemo-inputs" / "model"
+        return Selection("step_0", 0, model, checkpointing.get("metric_name") or "val:accuracy")
+    return select_nemo(run_dir, selector, checkpointing)
+
+
+def best_note(run_dir: Path, selection: Selection) -> str | None:
+    """For `--checkpoint best`, the line the terminal shows: `best` is chosen among the kept
+    checkpoints only, and the run's best validation step (from `metrics.jsonl`) may be one
+    that was not kept."""
+    if selection.selector != "best":
+        return None
+    from nemo_fp8_rl.runs.summary import read_records
+
+    kept = ", ".join(f"step_{k} {v:.3f}" for k, v in sorted(selection.scores.items()))
+    line = (
+        f"best = step_{selection.step}: the highest {selection.metric} among the "
+        f"{selection.candidates} kept checkpoint(s) ({kept}), not among every validation step"
+    )
+    records = read_records(run_dir)
+    key = run_scores.accuracy_key(records)
+    scored = [
+        (float(r[key]), int(r["step"]))
+        for r in records
+        if isinstance(r.get(key), (int, float)) and math.isfinite(r[key]) and "step" in r
+    ]
+    if scored:
+        value, step = max(scored, key=lambda vs: (vs[0], vs[1]))
+        if step != selection.step:
+            line += f"; the run's best validation ({key}) was {value:.3f} at step {step}, not kept"
+    return line
+
+
 def megatron_weights(checkpoint: Path) -> Path:
     """`<checkpoint>/policy/weights/iter_*` (the converter's `--megatron-ckpt-path`)."""
     weights = checkpoint / "policy" / "weights"

@@ -28,7 +28,14 @@ def load_policy(run_dir: Path, config: dict[str, Any], selection: Selection):
     """(model in BF16, tokenizer) of the selected checkpoint."""
     from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint, verify_checkpoint
     from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
+    from nemo_fp8_rl.evals import nemo_cpu
 
+    if nemo_cpu.is_nemo_cpu_run(run_dir):  # NeMo RL's loop on CPU: Megatron-named weights
+        quiet_transformers()
+        model, tokenizer = policy_from_config(config, str(nemo_cpu.model_dir(run_dir)))
+        if selection.step > 0:
+            nemo_cpu.load_weights(model, selection.path)
+        return model.to(torch.bfloat16).eval(), tokenizer
     trained = selection.step > 0 or selection.path.name.startswith("step_")
     if trained:
         verify_checkpoint(selection.path)  # a corrupted state.pt is refused, never scored
@@ -118,7 +125,10 @@ def evaluate(
     run_dir: Path, config: dict[str, Any], selection: Selection, suite: Suite
 ) -> tuple[dict[str, BenchmarkScore], dict[str, Any]]:
     """Scores of every benchmark of `suite`, and the sampling settings used."""
-    seen = seen_prompts(config)
+    from nemo_fp8_rl.evals import nemo_cpu
+
+    nemo = nemo_cpu.is_nemo_cpu_run(run_dir)
+    seen = nemo_cpu.seen_prompts(run_dir) if nemo else seen_prompts(config)
     excluded = {
         b.name: seen if b.digits == config["local"]["task"]["digits"] else set()
         for b in suite.benchmarks

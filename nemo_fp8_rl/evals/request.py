@@ -12,7 +12,8 @@ from typing import Any
 from nemo_fp8_rl.config.errors import RecipeError
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
-from nemo_fp8_rl.evals.checkpoints import Selection, select_local, select_nemo
+from nemo_fp8_rl.evals.checkpoints import Selection, select_local, select_nemo, select_nemo_cpu
+from nemo_fp8_rl.evals.nemo_cpu import is_nemo_cpu_run
 from nemo_fp8_rl.evals.suites import Suite, get_suite
 
 # Keys of the saved recipe an evaluation reads, per engine.
@@ -123,7 +124,9 @@ def check_request(
     engine = engine_of(config)
     suite = get_suite(suite_name, engine)
     data = check_data_dir(data_dir, engine, suite)
-    if engine == "local":
+    if engine == "local" and is_nemo_cpu_run(run_dir):  # NeMo RL's loop on CPU
+        selection = select_nemo_cpu(run_dir, checkpoint, config["checkpointing"])
+    elif engine == "local":
         selection = select_local(run_dir, checkpoint)
     else:
         selection = select_nemo(run_dir, checkpoint, config["checkpointing"])

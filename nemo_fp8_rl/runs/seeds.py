@@ -260,6 +260,7 @@ def run_seeds(
     }
     for s in kept:
         outcomes[s].returncode, outcomes[s].kept = 0, True
+        echo(outcomes[s].describe())
     waiting = sorted(commands)
     running: list[_Child] = []
     previous = raise_on_sigterm()
@@ -340,9 +341,10 @@ class SummaryError(UsageError):
 
 
 def summary_lines(outcomes: Sequence[SeedOutcome]) -> list[str]:
-    """The end-of-launch summary: one line per seed, then a count."""
+    """The end-of-launch summary: a count and the failed seeds (each seed's own line was
+    printed when it ended, or, for a kept seed, when the launch started)."""
     failed = [o.seed for o in outcomes if not o.ok]
     tail = f"{len(outcomes) - len(failed)} of {len(outcomes)} seeds finished" + (
         f"; failed: {', '.join(map(str, failed))}" if failed else ""
     )
-    return [o.describe() for o in outcomes] + [tail]
+    return [tail]

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 from pathlib import Path
 
+from nemo_fp8_rl.config.commands import command, tool
 from nemo_fp8_rl.runs.scores import accuracy_key, accuracy_label
 
 # (what the line calls it, metric) of the clip shares, by advantage sign and bound
@@ -99,13 +101,15 @@ def next_lines(run_dir: Path) -> list[str]:
     for name, what in (("checkpoints", "checkpoints/"), ("logs/tb", "TensorBoard events logs/tb/")):
         if (run_dir / name).exists():
             lines[-1] += f", {what}"
+    run = shlex.quote(str(run_dir))
     lines += [
         "next:",
-        f"  nemo_fp8_rl.eval --run {run_dir}          # score the last checkpoint",
-        f"  nemo_fp8_rl.compare {run_dir} runs/<another run>   # e.g. the BF16 recipe's run",
+        f"  {command('eval')} --run {run}          # score the last checkpoint",
+        f"  {command('compare')} {run} runs/<another run>   # e.g. the BF16 recipe's run",
     ]
     if (run_dir / "logs" / "tb").exists():
-        lines.append(f"  tensorboard --logdir {run_dir / 'logs' / 'tb'}")
+        tb = shlex.quote(str(run_dir / "logs" / "tb"))
+        lines.append(f"  {tool('tensorboard')} --logdir {tb}")
     return lines
 
 

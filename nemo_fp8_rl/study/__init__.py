@@ -1,5 +1,6 @@
 """The CPU mechanism study: FP8 over-clipping and the calibrator's response to it, over seeds,
-with 95 % intervals, on endpoints named before the runs (`endpoints.yaml`).
+with 95 % intervals, on the endpoints of `endpoints.yaml` (fixed after the committed runs were made:
+the report says so).
 
 `python -m nemo_fp8_rl.study` runs the study recipes (`recipes/study/`) over the seeds, a few
 runs at a time, then writes the report (targets with Student-t intervals over seeds, plots,

@@ -12,7 +12,7 @@ k ≥ 1):
   the lower bound in force (what the loss did);
 - `shadow_fp8_lower_frac_neg`, `shadow_bf16_lower_frac_neg`: on the shadow steps, the shares
   of negative-advantage tokens whose FP8 / BF16 ratio is below the nominal 1 − ε (same tokens);
-- the pre-registered endpoints (`endpoints.yaml`, `endpoints.py`): `val_mean` (primary: mean
+- the endpoints (`endpoints.yaml`, `endpoints.py`; fixed after the committed runs were made): `val_mean` (primary: mean
   validation accuracy over every evaluation after step 0), `val_gain` (secondary: `val_mean` −
   `val_start`), `entropy_rise` (largest rise above the trailing-window minimum) and
   `entropy_surge` (1 when it reaches the threshold); `val_scored_bf16` says whether the run's

@@ -1,4 +1,5 @@
-"""The study's pre-registered endpoints (`endpoints.yaml`, read by the report and the power script).
+"""The studies' endpoints (`endpoints.yaml`, read by the report and the power script): the CPU
+study's, fixed after its committed runs were made, and the precision dose study's (`dose:`).
 
 Per run, from its metric records (training steps k ≥ 1, validations at step 0 and later):
 - `mean_after_start`: mean of the validation accuracy over every evaluation after step 0;
@@ -129,9 +130,11 @@ def describe(ep: Endpoints) -> str:
             "run's rollout engine's score, named so in the tables",
             f"- entropy surge: the largest rise of `train/entropy` above its minimum over the "
             f"previous {s.window} steps; a surge when it reaches {s.threshold:g} nats",
-            f"- seeds: from `scripts/study_power.py` (95 % Student-t half-width of a paired "
-            f"difference of the primary endpoint ≤ {ep.seeds.resolve_points:g} points, from "
-            "the committed runs' paired SD)",
+            f"- seeds: a precision target from `scripts/study_power.py` (95 % Student-t "
+            f"half-width of a paired difference of the primary endpoint ≤ "
+            f"{ep.seeds.resolve_points:g} points, from the committed runs' paired SD); not a "
+            f"power calculation: at that n a true difference of {ep.seeds.resolve_points:g} "
+            "points gives an interval clear of 0 only about half the time",
             f"(from `nemo_fp8_rl/study/{FILE.name}`)",
         ]
     )

@@ -75,8 +75,9 @@ def _entropy_line(records: list[dict]) -> str | None:
     verdict = "at or above" if rise >= surge.threshold else "below"
     return (
         f"  entropy {_mean(ent[:5]):.3f} -> {_mean(ent[-5:]):.3f} (first / last 5 steps); "
-        f"largest rise above the trailing {surge.window}-step minimum {rise:.3f}, {verdict} the "
-        f"study's surge threshold {surge.threshold:g}"
+        f"the study's surge statistic (largest rise above the trailing {surge.window}-step "
+        f"minimum) {rise:.3f}, {verdict} its threshold {surge.threshold:g} (compare's surge "
+        "verdict is another rule, a z-score detector)"
     )
 
 

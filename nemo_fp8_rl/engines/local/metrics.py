@@ -30,7 +30,7 @@ HEADLINE = (
     ("ent", "train/entropy", "{:.3f}"),  # not "H": that is the upper clip bound, in "L,H"
     ("tok/s", "throughput/tokens_per_sec", "{:.0f}"),
 )
-# What each headline field is, printed once when a run starts (README, "Following a run").
+# What each headline field is, printed once when a run starts (docs/commands.md, "Following a run").
 LEGEND = (
     "reward = mean exact-match reward of the step's samples; val = validation accuracy (BF16 "
     "generation of the trained weights) at the last validation; clipL- = share of "

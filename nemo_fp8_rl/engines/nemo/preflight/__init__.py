@@ -360,7 +360,10 @@ def _preflight(recipe: Recipe) -> PreflightResult:
                 break
             except Exception as exc:  # noqa: BLE001 - every NeMo RL failure becomes a report
                 err = locate(exc, _roots(exc) or live) or _unlocated(exc)
-                if isinstance(exc, FileNotFoundError) and err.key is None:
+                if getattr(exc, "what", None) and getattr(exc, "fix", None):  # NoLocalCopy
+                    key = getattr(exc, "key", None) or err.key
+                    err = dataclasses.replace(err, key=key, message=exc.what, fix=exc.fix)
+                elif isinstance(exc, FileNotFoundError) and err.key is None:
                     err = dataclasses.replace(
                         err,
                         fix=(

@@ -3,7 +3,8 @@
 NeMo RL loads the tokenizer (`AutoTokenizer.from_pretrained(model_name)`) and the model config
 (`AutoConfig.from_pretrained(model_name)`, in the vLLM and Megatron workers) from the Hub. The
 preflight writes a Hub cache folder holding, for the recipe's model, the model's real
-`config.json` (shipped in `model_configs/`, public values of the model card's file) and a tiny
+`config.json` (shipped in `model_configs/`, public values of the model card's file; for another
+model, the user's: a local folder, the Hugging Face cache, or `$NEMO_FP8_RL_MODEL_CONFIGS`) and a tiny
 character tokenizer with a chat template, then points `huggingface_hub` at it in offline mode;
 NeMo RL's own calls resolve there unchanged. Hub data sets come from `dataset_sample`: a few
 synthetic rows with the real data set's columns, so NeMo RL's own `format_data` and processors run.
@@ -28,7 +29,12 @@ CHAT_TEMPLATE = (
 
 
 class NoLocalCopy(FileNotFoundError):
-    """The preflight has no local copy of something NeMo RL would download."""
+    """The preflight has no local copy of something NeMo RL would download: what is missing
+    (`what`), how to provide it (`fix`) and the recipe key that names it (`key`)."""
+
+    def __init__(self, what: str, fix: str = "", key: str | None = None) -> None:
+        super().__init__(f"{what}. Fix: {fix}" if fix else what)
+        self.what, self.fix, self.key = what, fix, key
 
 
 def shipped_models() -> list[str]:
@@ -36,15 +42,53 @@ def shipped_models() -> list[str]:
     return sorted(p.stem.replace("--", "/") for p in MODEL_CONFIGS.glob("*.json"))
 
 
+USER_CONFIGS = "NEMO_FP8_RL_MODEL_CONFIGS"  # a folder of <org>--<name>.json files
+
+
+def hub_cache() -> Path:
+    """The Hugging Face Hub cache folder as `huggingface_hub` resolves it from the environment:
+    `HF_HUB_CACHE`, else `HF_HOME/hub`, else `~/.cache/huggingface/hub`."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = (
+        os.environ.get("HF_HOME")
+        or Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")) / "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def config_candidates(model_name: str) -> list[Path]:
+    """Where `model_name`'s config.json may be, in the order they are tried: the package's
+    shipped copy, `model_name` itself as a local folder (NeMo RL loads such a path), the
+    Hugging Face cache (`refs/main`'s snapshot first, then any), and `$NEMO_FP8_RL_MODEL_CONFIGS`."""
+    flat = f"{model_name.replace('/', '--')}.json"
+    found = [MODEL_CONFIGS / flat, Path(model_name).expanduser() / "config.json"]
+    repo = hub_cache() / f"models--{model_name.replace('/', '--')}"
+    ref = repo / "refs" / "main"
+    if ref.is_file():
+        found.append(repo / "snapshots" / ref.read_text().strip() / "config.json")
+    found += sorted(repo.glob("snapshots/*/config.json"))
+    if os.environ.get(USER_CONFIGS):
+        found.append(Path(os.environ[USER_CONFIGS]).expanduser() / flat)
+    return found
+
+
 def model_config(model_name: str) -> dict[str, Any]:
-    """The shipped config.json of `model_name` (NoLocalCopy if there is none)."""
-    path = MODEL_CONFIGS / f"{model_name.replace('/', '--')}.json"
-    if not path.is_file():
-        raise NoLocalCopy(
-            f"no config.json for {model_name} in {MODEL_CONFIGS}; add the model's config.json "
-            f"there as {path.name} (shipped: {', '.join(shipped_models())})"
-        )
-    return json.loads(path.read_text())
+    """`model_name`'s config.json from the first of `config_candidates` that holds one
+    (NoLocalCopy, saying where it looked and how to provide one, if none does)."""
+    for path in config_candidates(model_name):
+        if path.is_file():
+            return json.loads(path.read_text())
+    flat = f"{model_name.replace('/', '--')}.json"
+    raise NoLocalCopy(
+        f"no config.json for {model_name}: the preflight reads the model's real config.json and "
+        f"found none (the package ships {len(shipped_models())} models' configs; "
+        f"{model_name} is no local folder and not in the Hugging Face cache {hub_cache()})",
+        f"download it, `huggingface-cli download {model_name} config.json` (the cache "
+        f"follows HF_HOME or HF_HUB_CACHE), or set policy.model_name to a local folder holding "
+        f"config.json, or put the file as {flat} in a folder named by {USER_CONFIGS}",
+        "policy.model_name",
+    )
 
 
 def _tiny_tokenizer(config: dict[str, Any]) -> Any:
@@ -164,7 +208,7 @@ def dataset_sample(repo: str, rows: int = 512) -> list[dict[str, Any]]:
     make = DATASET_ROWS.get(repo)
     if make is None:
         raise NoLocalCopy(
-            f"the preflight has no local sample of the Hub data set {repo!r}; add its columns to "
-            "nemo_fp8_rl/engines/nemo/preflight/offline_hub.py DATASET_ROWS"
+            f"the preflight has no local sample of the Hub data set {repo!r}",
+            "add its columns to nemo_fp8_rl/engines/nemo/preflight/offline_hub.py DATASET_ROWS",
         )
     return make(rows)
