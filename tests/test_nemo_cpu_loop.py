@@ -287,6 +287,9 @@ def refit(policy, policy_generation, *args, **kwargs):
     return original(policy, policy_generation, *args, **kwargs)
 
 grpo.refit_policy_generation = refit
+import os
+from nemo_fp8_rl.runs.ray_exit import CHILD
+os.environ[CHILD] = "1"  # train in this process (a supervised child would not have the fault)
 from nemo_fp8_rl.cli.train import entry
 sys.argv = ["nemo_fp8_rl.train", *sys.argv[1:]]
 entry()
