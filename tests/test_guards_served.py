@@ -68,6 +68,23 @@ def test_the_layers_a_recipe_keeps_bf16():
     assert kept_bf16("model.layers.1.mlp.gate_proj", cfg, 4) is None
 
 
+def test_a_fused_vllm_layer_is_kept_bf16_when_every_part_it_loads_is_ignored():
+    """NeMo RL matches quantization_ignored_layer_kws against Hugging Face names (q_proj, k_proj,
+    v_proj); vLLM serves their fused qkv_proj in BF16 when all its parts are ignored."""
+    qkv = {"quantization_ignored_layer_kws": ["self_attn.q_proj", "self_attn.k_proj",
+                                              "self_attn.v_proj"]}  # fmt: skip
+    why = kept_bf16("model.layers.0.self_attn.qkv_proj", qkv, 2)
+    assert why is not None and "qkv_proj" in why and "'self_attn.v_proj'" in why
+    assert kept_bf16("model.layers.0.mlp.gate_up_proj", qkv, 2) is None
+    partial = {"quantization_ignored_layer_kws": ["self_attn.q_proj"]}
+    assert kept_bf16("model.layers.0.self_attn.qkv_proj", partial, 2) is None
+    mlp = {"quantization_ignored_layer_kws": ["mlp"]}
+    assert (
+        kept_bf16("model.layers.0.mlp.gate_up_proj", mlp, 2)
+        == "quantization_ignored_layer_kws 'mlp'"
+    )
+
+
 def test_fp8_layers_served_bf16_stop_the_run_naming_them():
     served = ServedCounts(
         {"model.layers.0.mlp.down_proj": FP8_BLOCK, "model.layers.1.mlp.down_proj": BF16},

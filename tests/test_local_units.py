@@ -269,3 +269,16 @@ def test_a_warmup_that_misses_its_band_is_a_located_setting_error():
     assert isinstance(err.value, UserError)
     assert str(err.value).startswith("local.warmup: max_steps passed below the band")
     assert "Fix: raise local.warmup.max_steps" in str(err.value)
+
+
+def test_trainer_quantized_refit_loads_for_nemo_rl_and_the_embedded_engine_refuses_it():
+    """`refit.quantize_on: trainer` on the CPU loop's recipe loads (NeMo RL's loop on CPU runs
+    it, `--engine nemo`); the embedded engine, which refits through refit.bridge, refuses it."""
+    cfg = load_recipe(
+        "tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8", ["refit.quantize_on=trainer"]
+    ).config
+    assert cfg["refit"]["quantize_on"] == "trainer"
+    with pytest.raises(RecipeError) as err:
+        precision.check_cpu_support(cfg, "tiny")
+    (issue,) = [i for i in err.value.issues if i.key == "refit.quantize_on"]
+    assert "--engine nemo" in issue.fix and "refit.bridge" in issue.problem

@@ -52,6 +52,13 @@ def test_mxfp8_stays_on_the_stand_in_even_with_amx(monkeypatch) -> None:
         choose(mx, flags=AMX)
 
 
+def test_the_async_engine_falls_back_to_the_stand_in() -> None:
+    cfg = _config("fp8")
+    cfg["policy"]["generation"]["vllm_cfg"]["async_engine"] = True
+    why = blocker(cfg, AMX, "0.25.1")
+    assert why is not None and "async engine" in why and "nccl" in why
+
+
 def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
     why = blocker(_config("bfloat16"), AMX, None)
     assert why is not None and "scripts/nemo-rl-env.sh --vllm" in why
@@ -60,10 +67,16 @@ def test_no_vllm_installed_names_the_script_that_builds_it() -> None:
 def test_choice_falls_back_with_the_reason_and_can_be_forced(monkeypatch) -> None:
     monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.25.1")
     monkeypatch.delenv(vllm_choice.VARIABLE, raising=False)
-    default = choose(_config("fp8"), AMX)  # opt-in until NeMo RL's refit into vLLM CPU works
-    assert not default.real_vllm and "refit" in default.reason and "=vllm" in default.reason
+    default = choose(_config("fp8"), AMX)  # real vLLM wherever it can run
+    assert default.real_vllm and "vLLM 0.25.1 (CPU build)" in default.reason
+    assert choose(_config("bfloat16"), {"avx2"}).real_vllm  # BF16 needs no AMX
     fallback = choose(_config("fp8"), {"avx2"})
     assert not fallback.real_vllm and "needs AMX" in fallback.reason
+    assert fallback.reason.startswith("the stand-in generation worker: ")
+    monkeypatch.setattr(vllm_choice, "vllm_version", lambda: None)
+    missing = choose(_config("fp8"), AMX)
+    assert not missing.real_vllm and "not installed" in missing.reason
+    monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.25.1")
     monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")
     assert choose(_config("fp8"), AMX).real_vllm
     monkeypatch.setenv(vllm_choice.VARIABLE, "stand-in")

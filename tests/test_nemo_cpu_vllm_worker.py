@@ -124,7 +124,7 @@ def _metadata(path: Path) -> dict[str, tuple[torch.Size, torch.dtype]]:
     return {name: (t.shape, torch.bfloat16) for name, t in state.items()}
 
 
-def test_the_subclass_answers_only_the_four_gpu_only_points_and_seeds_requests() -> None:
+def test_the_subclass_answers_only_the_gpu_only_points_and_seeds_requests() -> None:
     from nemo_rl.models.generation.vllm.vllm_worker import VllmGenerationWorkerImpl
     from nemo_rl.models.generation.vllm.vllm_worker_async import VllmAsyncGenerationWorkerImpl
 
@@ -132,9 +132,9 @@ def test_the_subclass_answers_only_the_four_gpu_only_points_and_seeds_requests()
 
     for impl, nemo, own in (
         (vw.CpuVllmGenerationWorkerImpl, VllmGenerationWorkerImpl,
-         {"sleep", "wake_up", "generate", "_init_config"}),
+         {"sleep", "wake_up", "generate", "_init_config", "post_init"}),
         (vw.CpuVllmAsyncGenerationWorkerImpl, VllmAsyncGenerationWorkerImpl,
-         {"sleep_async", "wake_up_async"}),
+         {"sleep_async", "wake_up_async", "post_init_async"}),
     ):  # fmt: skip
         assert impl.__mro__[1:3] == (vw._CpuVllm, nemo), impl.__mro__
         shared = {k for k, v in vars(vw._CpuVllm).items() if callable(v)}
@@ -212,3 +212,109 @@ def test_vllm_serves_the_fp8_layers_with_its_cpu_block_fp8_kernel(worker: Any) -
     actor, _ = worker
     (kinds,) = ray.get(actor.__ray_call__.remote(kernels_of_engine), timeout=HANG_S)
     assert kinds == ["CPUFp8BlockScaledMMKernel"], kinds
+
+
+# ---- NeMo RL's refit into vLLM's CPU build (`cpu.vllm_cpu_weights`) ---------------------------
+
+PROBED = ("self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj")
+FUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def _refit(worker: Any, noise: float) -> dict[str, Any]:
+    """`_refit_inside` run in the actor's vLLM worker (closures: Ray pickles them by value)."""
+    import ray
+
+    actor, path = worker
+
+    def _refit_inside(vllm_worker: Any, path: str, noise: float) -> dict[str, Any]:
+        """Inside vLLM's worker: NeMo RL's refit path (`_weight_update_lifecycle` around
+        `_load_weights`, in two batches, as `update_weights_via_ipc_zmq` runs it minus ZeroMQ) with
+        the checkpoint's weights times (1 + noise * N(0, 1)); then each probed linear layer of
+        decoder layer 0 as served against x @ W^T of the weights sent (an FP8 layer against the
+        block-FP8 dequantization NeMo RL's refit quantizes them to)."""
+        from nemo_rl.models.generation.vllm.quantization import fp8
+        from safetensors.torch import load_file
+
+        from nemo_fp8_rl.engines.nemo.cpu.vllm_cpu_weights import replaced
+
+        model = vllm_worker.model_runner.model
+        before = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
+        gen = torch.Generator().manual_seed(1)
+        sent = {
+            k: (v.float() * (1 + noise * torch.randn(v.shape, generator=gen))).to(torch.bfloat16)
+            for k, v in load_file(f"{path}/model.safetensors").items()
+        }
+        items = list(sent.items())
+        with vllm_worker._weight_update_lifecycle("ipc") as finalize:
+            vllm_worker._load_weights(items[: len(items) // 2])
+            vllm_worker._load_weights(items[len(items) // 2 :])
+            finalize()
+        errors = {}
+        for probed in PROBED:
+            layer = model.get_submodule(f"model.layers.0.{probed}")
+            x = torch.randn(5, layer.input_size, generator=gen).to(torch.bfloat16)
+            leaf = probed.rsplit(".", 1)[1]
+            parts = [f"model.layers.0.{probed.rsplit('.', 1)[0]}.{p}.weight"
+                     for p in FUSED.get(leaf, (leaf,))]  # fmt: skip
+            w = torch.cat([sent[p] for p in parts]).float()
+            if layer.weight.dtype == torch.float8_e4m3fn:
+                q, s = fp8.cast_tensor_to_fp8_blockwise(w, weight_block_size=[128, 128])
+                s = s.squeeze(-1).repeat_interleave(128, 0).repeat_interleave(128, 1)
+                w = q.float() * s[: w.shape[0], : w.shape[1]]
+            ref = x.float() @ w.T
+            served = layer.quant_method.apply(layer, x).float()
+            errors[probed] = float((served - ref).norm() / ref.norm())
+        after = sorted(f"{type(layer).__name__}.{name}" for layer, name, _ in replaced(model))
+        return {"replaced_before": before, "replaced_after": after, "errors": errors}
+
+    def in_actor(generation_worker: Any) -> dict[str, Any]:
+        (out,) = generation_worker.llm.collective_rpc(_refit_inside, args=(str(path), noise))
+        return out
+
+    return ray.get(actor.__ray_call__.remote(in_actor), timeout=HANG_S)
+
+
+def test_the_fp8_layers_are_packed_for_vllms_cpu_kernel_from_the_start(worker: Any) -> None:
+    """The engine's own load goes through NeMo RL's FP8 patch too, which skips the CPU kernel's
+    packing: the worker packs after building the engine, so what is served before any refit
+    is what the checkpoint holds (the same as after a refit of the same weights)."""
+    import ray
+
+    def fp8_weight_kinds(vllm_worker: Any) -> list[str]:  # inside vLLM's worker
+        return sorted({type(m.weight).__name__ for m in vllm_worker.model_runner.model.modules()
+                       if getattr(m, "weight", None) is not None
+                       and m.weight.dtype == torch.float8_e4m3fn})  # fmt: skip
+
+    def in_actor(generation_worker: Any) -> list[list[str]]:
+        return generation_worker.llm.collective_rpc(fp8_weight_kinds)
+
+    actor, _ = worker
+    (kinds,) = ray.get(actor.__ray_call__.remote(in_actor), timeout=HANG_S)
+    assert kinds == ["Parameter"], kinds  # packed: plain parameters, not vLLM's loader classes
+
+
+def test_a_refit_loads_into_the_parameters_vllms_cpu_build_replaced_and_serves_them(
+    worker: Any,
+) -> None:
+    """vLLM's CPU build empties each unquantized linear weight (packed for its GEMM) and its FP8
+    kernel replaces the FP8 weight and scales by VNNI-packed plain parameters: NeMo RL's refit
+    loads into them all the same (`restore_replaced` before, `pack_fp8` after), and every probed
+    layer then computes from the weights sent: BF16 to BF16 rounding, FP8 to the kernel's
+    rounding of the block-FP8 dequantization (W8A16). Without the restore the refit fails
+    ("'Parameter' object has no attribute 'weight_loader'"); without the packing the
+    FP8 layers' outputs are unrelated to their weights (relative error about 1.4)."""
+    first = _refit(worker, noise=0.0)
+    assert {e < 0.01 for e in first["errors"].values()} == {True}, first["errors"]
+    before = _generate(worker)
+    perturbed = _refit(worker, noise=0.3)
+    # what vLLM's CPU processing replaced, again replaced after the refit's finalize
+    assert perturbed["replaced_before"] == perturbed["replaced_after"] == first["replaced_after"]
+    kinds = {name.split(".")[0] for name in perturbed["replaced_before"]}
+    assert kinds == {"QKVParallelLinear", "RowParallelLinear", "MergedColumnParallelLinear"}
+    assert {e < 0.01 for e in perturbed["errors"].values()} == {True}, perturbed["errors"]
+    assert not torch.equal(_generate(worker)["logprobs"], before["logprobs"])
+    back = _refit(worker, noise=0.0)
+    assert {e < 0.01 for e in back["errors"].values()} == {True}, back["errors"]
+    again = _generate(worker)  # the same weights sent again: the same tokens and log-probs
+    assert torch.equal(again["output_ids"], before["output_ids"])
+    assert torch.equal(again["logprobs"], before["logprobs"])

@@ -10,6 +10,9 @@ MXFP8 (E4M3 with uint8 E8M0 `_scale_from_checkpoint` bytes, as 7ea279a's `quanti
 makes them; a NeMo RL that does not read `is_mx`, v0.7.0, is refused when the run starts); every
 other setting is refused here with the NeMo RL code that makes it different (file:line in the
 vendored snapshots v0.7.0 and 7ea279a).
+A CPU recipe loads with it (NeMo RL's loop on CPU runs it, `--engine nemo`); the embedded
+engine, which refits through `refit.bridge`, refuses it itself
+(`engines.local.recipe_checks.check_cpu_support`).
 """
 
 from __future__ import annotations
@@ -35,15 +38,6 @@ def _get(config: dict, key: str, default: Any = None) -> Any:
 def _refusals(config: dict) -> list[tuple[str, str, str]]:
     """(key, problem, fix) for every setting the trainer-side quantization path cannot serve."""
     out: list[tuple[str, str, str]] = []
-    if _get(config, "cluster.gpus_per_node") == 0:
-        out.append(
-            (
-                "cluster.gpus_per_node",
-                "quantize_on: trainer is a NeMo RL engine setting; the embedded CPU engine "
-                "refits through refit.bridge",
-                f"remove {KEY}",
-            )
-        )
     if _get(config, f"{GEN}.backend") != "vllm":
         out.append(
             (

@@ -33,6 +33,10 @@ FP8_BLOCK, MXFP8, BAD_SCALE, BF16 = "fp8-block", "mxfp8", "fp8-bad-scale", "bf16
 BLOCK, MX_BLOCK = 128, 32
 ROUTER = re.compile(r"(^|\.)(mlp\.gate|router|gate)$")
 LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+# vLLM's fused linear layers and the Hugging Face layers each loads (the models' packed_modules_
+# mapping): NeMo RL matches quantization_ignored_layer_kws against Hugging Face names, and vLLM
+# keeps a fused layer BF16 when every part it loads is ignored (`is_layer_skipped`)
+FUSED_PARTS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 
 
 @dataclass
@@ -136,9 +140,15 @@ def kept_bf16(name: str, vllm_cfg: dict[str, Any], num_layers: int) -> str | Non
     """Why the recipe keeps layer `name` BF16 (None: it should be FP8)."""
     if ROUTER.search(name):
         return "MoE router (vLLM never quantizes it)"
-    for kw in vllm_cfg.get("quantization_ignored_layer_kws") or []:
+    kws = vllm_cfg.get("quantization_ignored_layer_kws") or []
+    for kw in kws:
         if kw in name:
             return f"quantization_ignored_layer_kws {kw!r}"
+    head, _, leaf = name.rpartition(".")
+    parts = [f"{head}.{p}" if head else p for p in FUSED_PARTS.get(leaf, ())]
+    matched = [next((kw for kw in kws if kw in part), None) for part in parts]
+    if parts and None not in matched:
+        return f"quantization_ignored_layer_kws {sorted(set(matched))} (each part of {leaf})"
     found = LAYER.search(f".{name}")
     if found:
         index = int(found.group(1))

@@ -46,6 +46,7 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
         )
     issues += cpu_supported_features(cfg, {})
     issues += _async_issues(cfg)
+    issues += _nemo_refit_issues(cfg)
     if issues:
         raise RecipeError(recipe_name, issues)
 
@@ -70,6 +71,23 @@ def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
         )
         for key, value in asks
         if value
+    ]
+
+
+def _nemo_refit_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
+    """`refit.quantize_on: trainer` is NeMo RL's refit path (`--engine nemo`, also on CPU with a
+    recipe under recipes/tiny-nemo/); the embedded engine refits through `refit.bridge`."""
+    if (cfg.get("refit") or {}).get("quantize_on", "generator") != "trainer":
+        return []
+    return [
+        ConfigIssue(
+            "refit.quantize_on",
+            "quantize_on: trainer is a NeMo RL engine setting; the embedded engine refits "
+            "through refit.bridge",
+            "remove refit.quantize_on, or run NeMo RL's loop with --engine nemo (on CPU: "
+            "recipes/tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8)",
+            "embedded CPU engine",
+        )
     ]
 
 

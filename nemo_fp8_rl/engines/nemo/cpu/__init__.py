@@ -8,7 +8,8 @@ reason (`stand_ins.CPU_LOOP_STAND_INS` lists every one; the main ones):
   construction; this worker implements the methods `Policy` calls on its workers on real
   megatron-core (CPU, gloo, TP = PP = 1);
 * `vllm_worker.CpuVllmGenerationWorker`: NeMo RL's own vLLM worker on vLLM's CPU build, with
-  its four GPU-only points answered; where real vLLM cannot run (no vLLM installed, block FP8
+  its four GPU-only points answered and the refit into vLLM's CPU build made to work
+  (`vllm_cpu_weights`); where real vLLM cannot run (no vLLM installed, block FP8
   without AMX: `vllm_choice`), `generation_worker.CpuGenerationWorker` serves the same weights
   with the project's FP8 emulation behind NeMo RL's real `VllmGeneration`;
 * `ipc`: CUDA IPC handles in NeMo RL's ZeroMQ refit stream become named shared-memory files;
@@ -24,7 +25,9 @@ Which process imports what:
   `megatron_model`, `fp8_linear`, `optim`, `steps`, `train_loop`, `cuda_shim`, `checkpoint_io`,
   `kv_calibration`), with the worker side's `shadow_controls` and `trainer_refit`;
 * the generation worker's Ray actor: `generation_worker`, `async_generation_worker`,
-  `generation_io`, `served_model`, `vllm_names`, `fp8_setup`, `extension`, `device`;
+  `generation_io`, `served_model`, `vllm_names`, `fp8_setup`, `extension`, `device` (the
+  stand-in), or `vllm_worker` with, inside vLLM's worker, `vllm_extension` and
+  `vllm_cpu_weights` (real vLLM);
 * both actors: `ipc` and `collective`, the two ends of the refit.
 
 What crosses: the workers' class paths (`loop.WORKERS`, registered to run in this interpreter),

