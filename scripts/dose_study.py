@@ -9,7 +9,7 @@ The design is pre-registered in `nemo_fp8_rl/study/endpoints.yaml` (`dose:`); th
     python scripts/dose_study.py run --formats fp8-block,nvfp4 --seeds 1-3,5-6 --out runs/dose
     python scripts/dose_study.py passk --out runs/dose              # pass@k of every finished run
     python scripts/dose_study.py archive --out runs/dose            # -> docs/study/dose/runs
-    python scripts/dose_study.py table                              # tables from the archive
+    python scripts/dose_study.py table                              # verdict and tables from the archive
     python scripts/dose_study.py figure                             # docs/study/dose/*.png
 
 `threshold` prints the surge threshold the pre-registered rule gives (mean + 2 SD of the BF16
@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--write",
         action="store_true",
-        help="threshold: write it to endpoints.yaml; table: write it into docs/study/dose.md",
+        help="threshold: write it to endpoints.yaml; table: write the verdict and tables into "
+        "docs/study/dose.md (README's sentences: scripts/readme_evidence.py --write README.md)",
     )
     args = ap.parse_args(argv)
     if args.what == "run":
@@ -105,10 +106,14 @@ def main(argv: list[str] | None = None) -> int:
         for path in dose_report.figures():
             print(path)
         return 0
+    from nemo_fp8_rl.study import dose_verdict
+
     text = dose_report.markdown()
+    table = dose_report.collect()
+    verdict = dose_verdict.verdict(table)
     if args.write:
-        dose_report.write_docs(text)
-    print(text)
+        dose_report.write_docs(text, verdict)
+    print(f"{verdict}\n\n{text}")
     return 0
 
 

@@ -1,4 +1,4 @@
-"""README's "What the CPU evidence shows": three sentences, every number from committed data.
+"""README's "What the CPU evidence shows": its paragraph, every number from committed data.
 
     uv run python scripts/readme_evidence.py                 # print the paragraph
     uv run python scripts/readme_evidence.py --write README.md
@@ -9,8 +9,8 @@
   blockwise scaling from the controlled experiment (`docs/study/mechanism.jsonl`, one seed);
 - what the study does not show: calibrated − uncalibrated accuracy and the surge statistic
   (the same targets);
-- the third sentence is the place of the precision dose-response result; until it is in, it is
-  the link-B ablation's accuracy slope in q (`scripts/link_b_sweep.py`, `docs/study/link-b/`).
+- first, the precision dose study's two sentences (`study.dose_verdict.headline` over
+  `docs/study/dose/runs/`): at which measured dose calibration starts to matter, if at any.
 
 Intervals: 95 % Student-t over seeds, n beside each (quotients: geometric mean of per-seed
 quotients, t-interval of their logs). `tests/test_docs_generated.py` regenerates the paragraph
@@ -20,7 +20,6 @@ and compares it with README's block.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -29,17 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nemo_fp8_rl.cli.study import blocks  # noqa: E402
+from nemo_fp8_rl.study.dose_report import collect  # noqa: E402
+from nemo_fp8_rl.study.dose_verdict import headline  # noqa: E402
 
 BEGIN, END = "<!-- evidence:begin -->", "<!-- evidence:end -->"
 DOSE_BEGIN, DOSE_END = "<!-- dose-response:begin -->", "<!-- dose-response:end -->"
 STUDY = ROOT / "docs" / "study"
-
-
-def _script(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _target(rows: list[dict], starts: str, holds: str = ""):
@@ -66,11 +60,12 @@ def paragraph() -> str:
     cal = _target(rows, "FP8-calibrated ÷ BF16 run: share").fmt(two)
     recovered = _target(rows, "accuracy (primary", "FP8 calibrated − FP8 uncalibrated").fmt()
     rise = _target(rows, "largest entropy rise", "FP8 uncalibrated − BF16").fmt()
-    link_b = _script("link_b_sweep")
-    slope = link_b.slope(link_b.collect(), "val_mean").fmt()
     seeds = len(meta["seeds"])
+    dose = headline(collect())
     return (
-        f"In the CPU study (a 0.4 M-parameter Qwen3 on synthetic addition, 80 GRPO steps, {seeds} "
+        f"{DOSE_BEGIN}{dose} Tables, figure and what these runs cannot show: "
+        f"[docs/study/dose.md](docs/study/dose.md).{DOSE_END} "
+        f"In the mechanism study (a 0.4 M-parameter Qwen3 on synthetic addition, 80 GRPO steps, {seeds} "
         "seeds; intervals: 95 % Student-t over seeds), FP8 training with per-tensor current "
         "scaling puts "
         f"{same} times as many negative-advantage tokens below the lower clip bound as BF16 on the "
@@ -79,11 +74,8 @@ def paragraph() -> str:
         f"default), cuts FP8's lower-clipped share from {clip} to {cal} times BF16's. It shows "
         "nothing for calibration to give back: with both arms scored by FP8 generation, "
         f"calibrated minus uncalibrated FP8 accuracy is {recovered}, and within 80 steps FP8's "
-        f"surge statistic does not differ from BF16's (FP8 − BF16: {rise} nats). {DOSE_BEGIN}In "
-        "BF16, dropping a random share q of the negative-advantage gradients, up to all of them, "
-        f"does not lower accuracy within 80 steps (slope {slope} per unit q), so at FP8's noise "
-        "on this model the link from lost gradients to lost accuracy is not there to break."
-        f"{DOSE_END} Claim by claim, with what these runs cannot show: "
+        f"surge statistic does not differ from BF16's (FP8 − BF16: {rise} nats). Claim by claim, "
+        "with what these runs cannot show: "
         "[docs/study/README.md](docs/study/README.md)."
     )
 

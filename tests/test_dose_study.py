@@ -69,3 +69,46 @@ def test_tables_pair_arms_by_seed(tmp_path):
     assert cells[3].startswith(f"{recovery:+.3f} [") and cells[3].endswith("(n=3)")
     assert "| nvfp4-uncalibrated |" in dose_report.arm_table(table)
     assert dose_report.figures(tmp_path, tmp_path / "fig")[0].stat().st_size > 10_000
+
+
+def _grid(tmp_path, gains: list[tuple[float, float, float]]):
+    """BF16, NVFP4 uncalibrated and calibrated runs with the given accuracy gains per seed."""
+    for seed, (g_bf16, g_unc, g_cal) in enumerate(gains, 1):
+        _run(tmp_path / "grpo-dose-bf16", seed, g_bf16, 0.0, 0.01)
+        _run(tmp_path / "grpo-dose-nvfp4-uncalibrated", seed, g_unc, 0.05, 0.04)
+        _run(tmp_path / "grpo-dose-nvfp4", seed, g_cal, 0.05, 0.02)
+    return dose_report.collect(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("gains", "says"),
+    [  # each rule of the pre-registered verdict: loss and recovery, loss only, neither
+        ([(0.1, 0.05, 0.09), (0.12, 0.04, 0.1), (0.08, 0.03, 0.07)], "starts to matter"),
+        ([(0.1, 0.05, 0.06), (0.12, 0.04, 0.03), (0.08, 0.03, 0.03)], "do not show it giving"),
+        ([(0.1, 0.11, 0.1), (0.12, 0.1, 0.12), (0.08, 0.09, 0.08)], "No format's loss interval"),
+    ],
+)
+def test_verdict_follows_the_pre_registered_rule(tmp_path, gains, says):
+    from nemo_fp8_rl.study import dose_verdict
+
+    table = _grid(tmp_path, gains)
+    (row,) = dose_verdict.per_format(table)
+    assert row["loss"].n == 3 and row["recovery"].n == 3
+    text = dose_verdict.verdict(table)
+    assert says in text and "NVFP4" in text and "(n=3)" in text
+    assert dose_verdict.headline(table).count(". ") >= 1  # two sentences
+    assert "Not run" in text and "mxfp4-uncalibrated (seeds 1, 2, 3, 5, 6)" in text
+
+
+def test_verdict_and_tables_in_docs_match_the_archived_runs():
+    """docs/study/dose.md's generated blocks are what `dose_study.py table --write` writes from
+    the committed archive (docs/study/dose/runs)."""
+    from nemo_fp8_rl.study import dose_verdict
+
+    page = dose_report.PAGE.read_text(encoding="utf-8")
+    table = dose_report.collect()
+    for marks, body in (
+        (dose_report.TABLES, dose_report.markdown()),
+        (dose_report.VERDICT, dose_verdict.verdict(table)),
+    ):
+        assert dose_report.replace_block(page, marks, body, "dose.md") == page, marks[0]

@@ -190,19 +190,31 @@ def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
     return [path]
 
 
-BEGIN, END = "<!-- dose-tables:begin -->", "<!-- dose-tables:end -->"
 PAGE = DOCS.parent / "dose.md"
+TABLES = ("<!-- dose-tables:begin -->", "<!-- dose-tables:end -->")
+VERDICT = ("<!-- dose-verdict:begin -->", "<!-- dose-verdict:end -->")
 
 
-def write_docs(tables: str, page: Path = PAGE) -> None:
-    """Replace the generated block of docs/study/dose.md with `tables`."""
+def replace_block(text: str, marks: tuple[str, str], body: str, where: str) -> str:
+    """`text` with the one block between the `marks` replaced by `body` (inline when the marks
+    sit on one line, as in README's evidence paragraph)."""
     import re
 
+    begin, end = marks
+    pattern = re.escape(begin) + r"(\n?).*?(\n?)" + re.escape(end)
+    new, count = re.subn(
+        pattern, lambda m: f"{begin}{m[1]}{body}{m[2]}{end}", text, flags=re.DOTALL
+    )
+    if count != 1:
+        raise ValueError(f"{where}: expected one {begin} ... {end} block")
+    return new
+
+
+def write_docs(tables: str, verdict: str, page: Path = PAGE) -> None:
+    """Write docs/study/dose.md's generated blocks, the tables and the verdict (README's two
+    sentences are `scripts/readme_evidence.py`'s)."""
     from nemo_fp8_rl.config.safe_files import write_atomic
 
     text = page.read_text(encoding="utf-8")
-    pattern = re.escape(BEGIN) + r"\n.*?" + re.escape(END)
-    new, count = re.subn(pattern, lambda _: f"{BEGIN}\n{tables}\n{END}", text, flags=re.DOTALL)
-    if count != 1:
-        raise ValueError(f"{page}: expected one {BEGIN} ... {END} block")
-    write_atomic(page, new)
+    text = replace_block(text, TABLES, tables, str(page))
+    write_atomic(page, replace_block(text, VERDICT, verdict, str(page)))
