@@ -72,11 +72,12 @@ def collect(archive: Path = ARCHIVE) -> dict[str, dict[int, dict]]:
     return out
 
 
-def _iv(runs: dict[int, dict], key: str) -> analysis.Interval:
+def arm_interval(runs: dict[int, dict], key: str) -> analysis.Interval:
+    """Mean of `key` over an arm's seeds with its Student-t 95 % interval (n)."""
     return analysis.mean_interval([s.get(key, math.nan) for s in runs.values()])
 
 
-def _paired(a: dict[int, dict], b: dict[int, dict], key: str) -> analysis.Interval:
+def paired_diff(a: dict[int, dict], b: dict[int, dict], key: str) -> analysis.Interval:
     """a − b over the seeds both have (Student-t of the per-seed differences)."""
     return analysis.paired(
         {k: s.get(key, math.nan) for k, s in a.items()},
@@ -93,7 +94,7 @@ def arm_table(table: dict[str, dict[int, dict]]) -> str:
         "|---|---|---|" + "---|" * len(cols),
     ]
     for arm, runs in table.items():
-        cells = " | ".join(_iv(runs, k).fmt(f) for k, _, f in cols)
+        cells = " | ".join(arm_interval(runs, k).fmt(f) for k, _, f in cols)
         surges = f"{int(sum(s['surge'] for s in runs.values()))}/{len(runs)}"
         lines.append(f"| {arm} | {', '.join(map(str, sorted(runs)))} | {surges} | {cells} |")
     return "\n".join(lines)
@@ -112,9 +113,11 @@ def format_table(table: dict[str, dict[int, dict]]) -> str:
             continue
         cells = []
         for k, f in keys:
-            cells.append(_paired(unc, base, k).fmt(f) if base else "—")
-            cells.append(_paired(cal, unc, k).fmt(f) if cal else "—")
-        lines.append(f"| {fmt} | {_iv(unc, 'ratio_nmae').fmt('{:.4f}')} | {' | '.join(cells)} |")
+            cells.append(paired_diff(unc, base, k).fmt(f) if base else "—")
+            cells.append(paired_diff(cal, unc, k).fmt(f) if cal else "—")
+        lines.append(
+            f"| {fmt} | {arm_interval(unc, 'ratio_nmae').fmt('{:.4f}')} | {' | '.join(cells)} |"
+        )
     return "\n".join(lines)
 
 
@@ -135,7 +138,7 @@ def entropy_table(table: dict[str, dict[int, dict]]) -> str:
         "|---|" + "---|" * len(keys),
     ]
     for arm, runs in table.items():
-        lines.append(f"| {arm} | " + " | ".join(_iv(runs, k).fmt() for k in keys) + " |")
+        lines.append(f"| {arm} | " + " | ".join(arm_interval(runs, k).fmt() for k in keys) + " |")
     return "\n".join(lines)
 
 
@@ -173,8 +176,8 @@ def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
                ("clip_lower_frac_neg", "share of A<0 tokens clipped at L")), strict=True
     ):  # fmt: skip
         for arm, runs in table.items():
-            x = 0.0 if arm == "bf16" else _iv(runs, "ratio_nmae").mean
-            y = _iv(runs, key)
+            x = 0.0 if arm == "bf16" else arm_interval(runs, "ratio_nmae").mean
+            y = arm_interval(runs, key)
             err = [[y.mean - y.low], [y.high - y.mean]] if math.isfinite(y.low) else None
             style = "s" if arm == "bf16" else ("o" if arm.endswith("-uncalibrated") else "^")
             ax.errorbar([x], [y.mean], yerr=err, fmt=style, capsize=3, label=f"{arm} (n={y.n})")
