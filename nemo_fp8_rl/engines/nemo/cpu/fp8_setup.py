@@ -75,7 +75,7 @@ class Fp8Setup:
 
         _reset(fp8)
         kwargs = fp8.init_fp8(vllm_cfg, model_name, 1)
-        if not fp8.fp8_patches_applied:
+        if vllm_cfg.get("async_engine") and not fp8.fp8_patches_applied:
             # the async engine: NeMo RL applies its patches in the engine process it spawns
             # (`my_run_engine_core`); the stand-in serves in this process, so here
             fp8.apply_fp8_patches(None, fp8.global_fp8_config)
