@@ -80,24 +80,12 @@ def test_trainer_side_mxfp8_refit_of_grouped_moe_experts_is_refused() -> None:
     """NeMo RL 7ea279a's `load_weights` raises NotImplementedError on a grouped expert slab
     vLLM holds in MXFP8 (fp8.py: "MXFP8 refit does not support grouped MoE expert weights");
     transformers 5 names Qwen3-MoE's experts as grouped slabs, so the trainer-side refit of
-    the MoE MXFP8 recipe is refused at the preflight with that reason. Rehearsed in a child
-    process: this rehearsal leaves NeMo RL's vLLM modules bound to the preflight's stand-ins
-    in the process, which later CPU generation-worker tests of the suite would inherit."""
-    import subprocess
-    import sys
-
+    the MoE MXFP8 recipe is refused at the preflight with that reason."""
     if not _reads_is_mx():
         pytest.skip("this NeMo RL does not read is_mx")
-    code = (
-        "from nemo_fp8_rl.config import load_recipe\n"
-        "from nemo_fp8_rl.engines.nemo.preflight import preflight\n"
-        f"r = preflight(load_recipe({MOE!r}, ['refit.quantize_on=trainer']), workdir={str(SRC)!r})\n"
-        "print('OK' if r.ok else 'REFUSED'); print(r.report())\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "\nREFUSED\n" in proc.stdout and "\nOK\n" not in proc.stdout, proc.stdout[-3000:]
-    assert "does not support grouped MoE expert weights" in proc.stdout
+    result = _preflight(load_recipe(MOE, ["refit.quantize_on=trainer"]))
+    assert not result.ok
+    assert "does not support grouped MoE expert weights" in result.report()
 
 
 def test_trainer_side_mxfp8_refit_is_refused_against_a_block_fp8_engine() -> None:

@@ -98,12 +98,17 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def stood_in(root: str, also_forget: tuple[str, ...] = ()) -> Iterator[None]:
     """Imports of `root` (and below) served by stand-ins inside the block.
 
-    Afterwards every module added under `root` or a prefix in `also_forget` (NeMo RL's modules
-    imported against the stand-ins) is removed, and any real `root` modules are put back.
+    Modules already imported under `root` or a prefix in `also_forget` are hidden for the
+    block (so NeMo RL's FP8 module, whose globals and patches the rehearsal sets, is a fresh
+    copy bound to the stand-ins, and the process's own copy is left untouched); afterwards
+    every module the block added under them is removed and the hidden ones are put back.
     """
     mine = (root, *also_forget)
-    before = set(sys.modules)
-    hidden = {n: m for n, m in sys.modules.items() if n == root or n.startswith(root + ".")}
+    hidden = {
+        n: m
+        for n, m in sys.modules.items()
+        if n == root or n.startswith(root + ".") or n.startswith(also_forget or (root + ".",))
+    }
     for name in hidden:
         del sys.modules[name]
     finder = _Finder(root)
@@ -112,10 +117,14 @@ def stood_in(root: str, also_forget: tuple[str, ...] = ()) -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(finder)
-        for name in set(sys.modules) - before:
-            if name.startswith(mine):
+        for name in list(sys.modules):
+            if name == root or name.startswith(mine):
                 del sys.modules[name]
         sys.modules.update(hidden)
+        for name, module in hidden.items():  # parents point at the modules put back
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, module)
 
 
 def vllm_stand_in() -> contextlib.AbstractContextManager[None]:
