@@ -43,6 +43,7 @@ from nemo_fp8_rl.engines.local.rollout import Rollout
 from nemo_fp8_rl.engines.local.runner import _sampling_seed, prepare_model
 from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.trainer import Trainer
+from nemo_fp8_rl.study.doc_blocks import write_block
 
 BASE = "tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated"
 TW = "policy.megatron_cfg.fp8_cfg.fp8_recipe=tensorwise"
@@ -184,16 +185,6 @@ def table(path: Path) -> str:
     return "\n".join(rows)
 
 
-def splice(path: Path, block: str) -> None:
-    """Replace the text between the mechanism-table markers of `path` with `block`."""
-    text = path.read_text(encoding="utf-8")
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise SystemExit(f"{path}: needs one {BEGIN} and one {END} marker")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    path.write_text(f"{head}{BEGIN}\n{block}\n{END}{tail}", encoding="utf-8")
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=4)
@@ -205,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         block = table(Path(args.table))
         if args.write:
-            splice(args.write, block)
+            write_block(args.write, (BEGIN, END), block)
         else:
             print(block)
         return 0

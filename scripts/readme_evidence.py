@@ -28,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nemo_fp8_rl.cli.study import blocks  # noqa: E402
+from nemo_fp8_rl.study.doc_blocks import write_block  # noqa: E402
 from nemo_fp8_rl.study.dose_report import collect  # noqa: E402
 from nemo_fp8_rl.study.dose_verdict import headline  # noqa: E402
 
@@ -82,12 +83,7 @@ def paragraph() -> str:
 
 def write(path: Path) -> None:
     """Replace README's evidence block with `paragraph()`."""
-    text = path.read_text(encoding="utf-8")
-    if text.count(BEGIN) != 1 or text.count(END) != 1:
-        raise SystemExit(f"{path}: needs one {BEGIN} and one {END}")
-    head, rest = text.split(BEGIN)
-    _, tail = rest.split(END)
-    path.write_text(f"{head}{BEGIN}\n{paragraph()}\n{END}{tail}", encoding="utf-8")
+    write_block(path, (BEGIN, END), paragraph())
 
 
 def main(argv: list[str] | None = None) -> int:

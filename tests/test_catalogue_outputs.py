@@ -10,7 +10,6 @@ file store named by the environment, and the hand-set folder `--overwrite` used 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections import Counter
@@ -18,20 +17,18 @@ from pathlib import Path
 
 import pytest
 from catalogue_output_cases import CASES, SUBPROCESS_ONLY
-from test_catalogue import check_case_output
 from test_catalogue_safety import (
     BOUND_S,
     COMMANDS,
     _limited,
     _prepare,
-    bounded,
     hf_source,
-    tree_state,
+    run_console_script,
+    run_in_process,
 )
 
 from nemo_fp8_rl.cli import env as env_cli
 from nemo_fp8_rl.cli import recipes
-from nemo_fp8_rl.cli.common import invoke
 
 
 def complete(argv: list[str]) -> int:
@@ -73,14 +70,7 @@ IN_PROCESS = [c for c in CASES if c.id not in SUBPROCESS_ONLY]
 @pytest.mark.parametrize("case", IN_PROCESS, ids=[c.id for c in IN_PROCESS])
 def test_catalogue_outputs(case, tmp_path, hf_source, monkeypatch, capsys) -> None:
     ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
-    capsys.readouterr()  # what the setup printed
-    before = tree_state(ws)
-    with bounded():
-        code = invoke(ALL_COMMANDS[case.command], argv, prog=f"nemo_fp8_rl.{case.command}")
-    captured = capsys.readouterr()
-    check_case_output(case, code, captured.out, captured.err, ws)
-    if not case.changes:
-        assert tree_state(ws) == before, "the command changed files although it failed"
+    run_in_process(case, ALL_COMMANDS, ws, argv, capsys)
 
 
 SUBPROCESS = [c for c in CASES if c.subprocess]
@@ -89,14 +79,7 @@ SUBPROCESS = [c for c in CASES if c.subprocess]
 @pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
 def test_console_script_prints_no_traceback(case, tmp_path, hf_source, monkeypatch) -> None:
     ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
-    before = tree_state(ws)
-    script = Path(sys.executable).parent / f"nemo_fp8_rl.{case.command}"
-    proc = subprocess.run(
-        [str(script), *argv], capture_output=True, text=True, timeout=BOUND_S, env=dict(os.environ)
-    )
-    check_case_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
-    if not case.changes:
-        assert tree_state(ws) == before
+    run_console_script(case, ws, argv)
 
 
 def test_catalogue_size() -> None:

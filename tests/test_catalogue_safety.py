@@ -77,25 +77,22 @@ def _prepare(case, tmp_path, hf_source, monkeypatch):
     return prepare_case(case, tmp_path, hf_source, monkeypatch)
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
-def test_catalogue_safety(case, tmp_path, hf_source, monkeypatch, capsys) -> None:
-    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+def run_in_process(case, commands, ws: Path, argv: list[str], capsys) -> None:
+    """Run a case's command in this process (hang-bounded) and check its exit code and output;
+    a case that changes nothing must leave the workspace byte for byte as it was."""
     capsys.readouterr()  # what the setup printed
     before = tree_state(ws)
     with bounded():
-        code = invoke(COMMANDS[case.command], argv, prog=f"nemo_fp8_rl.{case.command}")
+        code = invoke(commands[case.command], argv, prog=f"nemo_fp8_rl.{case.command}")
     captured = capsys.readouterr()
     check_case_output(case, code, captured.out, captured.err, ws)
     if not case.changes:
         assert tree_state(ws) == before, "the command changed files although it failed"
 
 
-SUBPROCESS = [c for c in CASES if c.subprocess]
-
-
-@pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
-def test_console_script_prints_no_traceback(case, tmp_path, hf_source, monkeypatch) -> None:
-    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+def run_console_script(case, ws: Path, argv: list[str]) -> None:
+    """Run a case through its installed console script (a real process: no traceback may
+    reach the terminal) and check it as `run_in_process` does."""
     before = tree_state(ws)
     script = Path(sys.executable).parent / f"nemo_fp8_rl.{case.command}"
     proc = subprocess.run(
@@ -104,6 +101,21 @@ def test_console_script_prints_no_traceback(case, tmp_path, hf_source, monkeypat
     check_case_output(case, proc.returncode, proc.stdout, proc.stderr, ws)
     if not case.changes:
         assert tree_state(ws) == before
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_catalogue_safety(case, tmp_path, hf_source, monkeypatch, capsys) -> None:
+    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+    run_in_process(case, COMMANDS, ws, argv, capsys)
+
+
+SUBPROCESS = [c for c in CASES if c.subprocess]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS, ids=[c.id for c in SUBPROCESS])
+def test_console_script_prints_no_traceback(case, tmp_path, hf_source, monkeypatch) -> None:
+    ws, argv = _prepare(case, tmp_path, hf_source, monkeypatch)
+    run_console_script(case, ws, argv)
 
 
 def test_catalogue_size() -> None:

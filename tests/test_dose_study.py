@@ -104,6 +104,7 @@ def test_verdict_and_tables_in_docs_match_the_archived_runs():
     """docs/study/dose.md's generated blocks are what `dose_study.py table --write` writes from
     the committed archive (docs/study/dose/runs)."""
     from nemo_fp8_rl.study import dose_verdict
+    from nemo_fp8_rl.study.doc_blocks import replace_block
 
     page = dose_report.PAGE.read_text(encoding="utf-8")
     table = dose_report.collect()
@@ -111,4 +112,4 @@ def test_verdict_and_tables_in_docs_match_the_archived_runs():
         (dose_report.TABLES, dose_report.markdown()),
         (dose_report.VERDICT, dose_verdict.verdict(table)),
     ):
-        assert dose_report.replace_block(page, marks, body, "dose.md") == page, marks[0]
+        assert replace_block(page, marks, body, "dose.md") == page, marks[0]

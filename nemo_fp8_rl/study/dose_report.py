@@ -16,6 +16,7 @@ import math
 from pathlib import Path
 
 from nemo_fp8_rl.study import analysis, endpoints
+from nemo_fp8_rl.study.doc_blocks import write_block
 from nemo_fp8_rl.study.dose import ARCHIVE, DOCS, arm_name
 
 WINDOW = 25
@@ -198,26 +199,8 @@ TABLES = ("<!-- dose-tables:begin -->", "<!-- dose-tables:end -->")
 VERDICT = ("<!-- dose-verdict:begin -->", "<!-- dose-verdict:end -->")
 
 
-def replace_block(text: str, marks: tuple[str, str], body: str, where: str) -> str:
-    """`text` with the one block between the `marks` replaced by `body` (inline when the marks
-    sit on one line, as in README's evidence paragraph)."""
-    import re
-
-    begin, end = marks
-    pattern = re.escape(begin) + r"(\n?).*?(\n?)" + re.escape(end)
-    new, count = re.subn(
-        pattern, lambda m: f"{begin}{m[1]}{body}{m[2]}{end}", text, flags=re.DOTALL
-    )
-    if count != 1:
-        raise ValueError(f"{where}: expected one {begin} ... {end} block")
-    return new
-
-
 def write_docs(tables: str, verdict: str, page: Path = PAGE) -> None:
     """Write docs/study/dose.md's generated blocks, the tables and the verdict (README's two
     sentences are `scripts/readme_evidence.py`'s)."""
-    from nemo_fp8_rl.config.safe_files import write_atomic
-
-    text = page.read_text(encoding="utf-8")
-    text = replace_block(text, TABLES, tables, str(page))
-    write_atomic(page, replace_block(text, VERDICT, verdict, str(page)))
+    write_block(page, TABLES, tables)
+    write_block(page, VERDICT, verdict)
