@@ -263,27 +263,34 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _started_at(path: Path) -> str | None:
-    """The `started_at` of the `environment.json` at `path` when this process wrote it (an
-    engine rewrites the file at the end of its run: the start time stays the start)."""
+def _earlier(path: Path) -> dict[str, Any]:
+    """The `environment.json` at `path` when this process wrote it (an engine rewrites the file
+    at the end of its run: the start time and start provenance stay those of the start), else {}."""
     try:
         env = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    if isinstance(env, dict) and env.get("pid") == os.getpid():
-        return env.get("started_at")
-    return None
+        return {}
+    return env if isinstance(env, dict) and env.get("pid") == os.getpid() else {}
 
 
 def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:
-    """Record engine, versions, host and threads (plus `extra`) in `environment.json`.
-    `started_at` is when this process first wrote the file; `updated_at`, this write."""
+    """Record engine, versions, host, threads and provenance (plus `extra`) in `environment.json`.
+
+    `started_at` is when this process first wrote the file; `updated_at`, this write.
+    `provenance` (`runs.provenance.snapshot`: code commit and dirty tree, time, 1-minute load,
+    CPU model and cores) has `start` from the first write and `end` from each later one (None
+    until the engine writes the file again at the end of its run).
+    """
     import torch
 
+    from nemo_fp8_rl.runs import provenance
+
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    earlier = _earlier(run_dir / "environment.json")
+    start = (earlier.get("provenance") or {}).get("start")
     env = {
         "engine": engine,
-        "started_at": _started_at(run_dir / "environment.json") or now,
+        "started_at": earlier.get("started_at") or now,
         "updated_at": now,
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -296,6 +303,10 @@ def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None
             for d in ("nemo-fp8-rl", "torch", "transformers", "tokenizers", "ray", "pydantic")
         },
         "env": {k: os.environ[k] for k in ("RAY_ADDRESS", "SLURM_JOB_ID") if k in os.environ},
+        "provenance": {
+            "start": start or provenance.snapshot(),
+            "end": provenance.snapshot() if start else None,
+        },
         **extra,
     }
     atomic_write(run_dir / "environment.json", json.dumps(env, indent=1, default=str) + "\n")

@@ -116,7 +116,9 @@ def pass_at_k_all(out: Path) -> int:
     return 0
 
 
-ARCHIVED = ("metrics.jsonl", "dose_passk.json", "study_wall_seconds.json")
+ARCHIVED = (
+    "metrics.jsonl", "dose_passk.json", "study_wall_seconds.json", "study_provenance.json"
+)  # fmt: skip
 
 
 def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:

@@ -12,6 +12,9 @@ folder, and refuses what must not be touched:
 - a run with other settings: refused, unless `--overwrite` (then it is run again);
 - a folder holding anything else (a user's files): refused, nothing is deleted.
 
+Each run that ends well gets `study_wall_seconds.json` and `study_provenance.json` (the code
+commit and dirty flag, UTC time, 1-minute load and machine at its launch and at its end).
+
 A failed run is started again up to `retries` times (on a loaded machine Ray's start can time
 out, which says nothing about the recipe); a real failure fails again and is reported.
 """
@@ -33,10 +36,14 @@ from nemo_fp8_rl.config.errors import RecipeError
 from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.runs import provenance
 from nemo_fp8_rl.runs.rundir import config_differences
 from nemo_fp8_rl.study.analysis import read_records
 
 PRE_RUN = {"train.log"}
+# Each finished run's provenance as the launcher saw it (`runs.provenance.snapshot` at its start
+# and end, and its wall seconds); archived with the run.
+PROVENANCE = "study_provenance.json"
 
 
 @dataclass(frozen=True)
@@ -183,11 +190,11 @@ def run_all(
                 stderr=subprocess.STDOUT,
                 env=run_env(),
             )
-            running.append((spec, proc, handle, time.perf_counter()))
+            running.append((spec, proc, handle, time.perf_counter(), provenance.snapshot()))
             log(f"start  {spec.name} seed {spec.seed}" + ("" if what == "run" else f" ({what})"))
         time.sleep(2.0)
         for item in list(running):
-            spec, proc, handle, t0 = item
+            spec, proc, handle, t0, start = item
             if proc.poll() is None:
                 continue
             handle.close()
@@ -207,6 +214,8 @@ def run_all(
                 write_atomic(
                     spec.run_dir / "study_wall_seconds.json", json.dumps({"seconds": seconds})
                 )
+                record = {"seconds": seconds, "start": start, "end": provenance.snapshot()}
+                write_atomic(spec.run_dir / PROVENANCE, json.dumps(record, indent=1) + "\n")
             state = "done  " if proc.returncode == 0 else f"FAILED (rc {proc.returncode}, see "
             state += "" if proc.returncode == 0 else f"{spec.run_dir}.log)"
             log(f"{state} {spec.name} seed {spec.seed} in {seconds:.0f} s")

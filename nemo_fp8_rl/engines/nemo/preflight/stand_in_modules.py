@@ -103,12 +103,12 @@ def stood_in(root: str, also_forget: tuple[str, ...] = ()) -> Iterator[None]:
     copy bound to the stand-ins, and the process's own copy is left untouched); afterwards
     every module the block added under them is removed and the hidden ones are put back.
     """
-    mine = (root, *also_forget)
-    hidden = {
-        n: m
-        for n, m in sys.modules.items()
-        if n == root or n.startswith(root + ".") or n.startswith(also_forget or (root + ".",))
-    }
+    prefixes = (root + ".", *also_forget)
+
+    def mine(name: str) -> bool:
+        return name == root or name.startswith(prefixes)
+
+    hidden = {n: m for n, m in sys.modules.items() if mine(n)}
     for name in hidden:
         del sys.modules[name]
     finder = _Finder(root)
@@ -117,9 +117,8 @@ def stood_in(root: str, also_forget: tuple[str, ...] = ()) -> Iterator[None]:
         yield
     finally:
         sys.meta_path.remove(finder)
-        for name in list(sys.modules):
-            if name == root or name.startswith(mine):
-                del sys.modules[name]
+        for name in [n for n in sys.modules if mine(n)]:
+            del sys.modules[name]
         sys.modules.update(hidden)
         for name, module in hidden.items():  # parents point at the modules put back
             parent, _, child = name.rpartition(".")
