@@ -88,6 +88,7 @@ class Rescue(_Strict):
     recipes: str
     reference: str
     reproducibility: Reproducibility
+    reference_arms: list[str] = Field(default_factory=list)
     formats: list[str] = Field(min_length=1)
     seeds: list[int] = Field(min_length=2)
     steps: int = Field(ge=1)
