@@ -275,6 +275,16 @@ def _earlier(path: Path) -> dict[str, Any]:
     return env if isinstance(env, dict) and env.get("pid") == os.getpid() else {}
 
 
+def read_environment(run_dir: Path) -> dict[str, Any] | None:
+    """The run's `environment.json` (engine, generator, NeMo RL, versions), or None when it has
+    none or it does not parse as a JSON object."""
+    try:
+        env = json.loads((run_dir / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
+
+
 def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:
     """Record engine, versions, host, threads and provenance (plus `extra`) in `environment.json`.
 
