@@ -247,18 +247,20 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
         if exc.errno == errno.ENOENT:
             raise UnsafePath(path, f"no such {what}", "check the path") from exc
         raise
+    st = os.fstat(fd)
+    kind = not_a_file(path, st.st_mode)
+    if kind is not None or st.st_size > limit:
+        os.close(fd)
+    if kind is not None:
+        raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
+    if st.st_size > limit:
+        raise UnsafePath(
+            path,
+            f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
+            f"pass the {what} itself (is it the right file?)",
+        )
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        kind = not_a_file(path, st.st_mode)
-        if kind is not None:
-            raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
-        if st.st_size > limit:
-            raise UnsafePath(
-                path,
-                f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
-                f"pass the {what} itself (is it the right file?)",
-            )
-        os.set_blocking(fd, True)
         data = handle.read(limit + 1)
     if len(data) > limit:
         raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
