@@ -238,6 +238,13 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them: opened without blocking
     (a named pipe nobody writes would hang the read), refused with a located `UnsafePath` naming
     what it really is (pipe, folder, device, link loop) or its size past `limit`."""
+    data, _ = _read_regular(Path(path), limit, what, refuse_large=True)
+    return data
+
+
+def _read_regular(path: Path, limit: int, what: str, refuse_large: bool) -> tuple[bytes, int]:
+    """(at most `limit` bytes of `path`, its size): `read_bytes_bounded`'s open and refusals;
+    past `limit` refused when `refuse_large`, else cut."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -249,11 +256,11 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
         raise
     st = os.fstat(fd)
     kind = not_a_file(path, st.st_mode)
-    if kind is not None or st.st_size > limit:
+    if kind is not None or (refuse_large and st.st_size > limit):
         os.close(fd)
     if kind is not None:
         raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
-    if st.st_size > limit:
+    if refuse_large and st.st_size > limit:
         raise UnsafePath(
             path,
             f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
@@ -263,8 +270,17 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
-    return data
+        if refuse_large:
+            raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
+        data = data[:limit]
+    return data, max(st.st_size, len(data))
+
+
+def read_prefix(path: Path, limit: int, what: str = "file") -> tuple[bytes, int]:
+    """The first `limit` bytes of the regular file `path` and its size, for readers that report
+    what they read and say where they stopped (an event file grown past any run's size); the
+    open and the refusals are `read_bytes_bounded`'s."""
+    return _read_regular(Path(path), limit, what, refuse_large=False)
 
 
 def read_text_bounded(path: Path, limit: int, what: str = "file") -> str:
