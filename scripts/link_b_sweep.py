@@ -145,7 +145,9 @@ def differences(committed: list[dict], rerun: list[dict]) -> list[str]:
             if key.startswith(MACHINE_KEYS):
                 continue
             if key not in new or new[key] != value:
-                found.append(f"step {old.get('step')}: {key} {value!r} vs {new.get(key, 'absent')!r}")
+                found.append(
+                    f"step {old.get('step')}: {key} {value!r} vs {new.get(key, 'absent')!r}"
+                )
     return found
 
 
