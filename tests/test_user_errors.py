@@ -101,9 +101,13 @@ def test_fix_is_assembled_only_by_the_renderer() -> None:
             and isinstance(n.body[0], ast.Expr)
         }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if "Fix: " in node.value and id(node) not in docs:
-                    hits.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and "Fix: " in node.value
+                and id(node) not in docs
+            ):
+                hits.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
     allowed = {"config/user_error.py", "cli/usage.py"}  # the renderer; the help's format line
     assert [h for h in hits if h.split(":")[0] not in allowed] == []
 

@@ -33,6 +33,7 @@ import numpy as np
 
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import scores
+from nemo_fp8_rl.runs.rundir import read_environment
 
 JSONL_NAME = "metrics.jsonl"
 RECIPE_NAME = "recipe.yaml"
@@ -87,6 +88,7 @@ class RunData:
     sources: list[Path]
     config: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    environment: dict[str, Any] | None = None  # the run's environment.json, when readable
 
     def get(self, metric: str) -> Series | None:
         """The metric's series, or None when this run never logged it."""
@@ -328,6 +330,7 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     run = RunData(
         name or root.name, root, metrics, jsonl_files + event_files, config, notes + config_notes
     )
+    run.environment = read_environment(root)
     _note_progress(run)
     note = non_finite_note(run)
     if note:

@@ -67,6 +67,7 @@ class GuardReport:
 
     recipe: str
     results: list[CheckResult] = field(default_factory=list)
+    not_run: str = ""  # the GPU-specific checks that could not run, and how to run them
 
     @property
     def errors(self) -> list[Finding]:
@@ -87,6 +88,8 @@ class GuardReport:
         lines = [f"guard rails for {self.recipe} (docs/guard-rails.md):"]
         for res in self.results:
             lines += res.lines()
+        if self.not_run:
+            lines.append(f"  {self.not_run}")
         return "\n".join(lines)
 
 

@@ -66,6 +66,10 @@ def guard_errors(recipe: Recipe) -> list[str]:
     report = pre_launch_report(recipe)
     for finding in report.warnings:
         print(finding.line(), flush=True)
+    assumed = [r.note for r in report.results if "assumed:" in r.note]
+    for line in [*assumed, report.not_run]:
+        if line:
+            print(f"note: guard rails: {line}", flush=True)
     return [f.problem(versions=False, source=False).render() for f in report.errors]
 
 
