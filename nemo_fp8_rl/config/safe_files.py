@@ -103,8 +103,9 @@ def write_atomic_with(
     `fill(handle)` writes the temporary sibling, which then replaces `path`."""
     path = Path(path)
     refuse_link(path)
-    if path.exists() and not path.is_file():
-        raise UnsafePath(path, "is not a regular file", "remove it, or choose another path")
+    kind = not_a_file(path)
+    if kind is not None:  # a pipe is not written (nothing would read it), a folder not replaced
+        raise UnsafePath(path, f"is {kind}, not a regular file", "choose another path")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
