@@ -6,7 +6,8 @@ generation worker, the embedded engine's rollout) reports each decoder linear la
 * `fp8-block`: an FP8 weight with a float32 `weight_scale_inv` of shape
   `(ceil(out / 128), ceil(in / 128))` (vLLM's block FP8; DeepGEMM may pad the scale grid up to a
   multiple of 4 rows, which is accepted);
-* `mxfp8`: an FP8 weight with E8M0 (uint8 / float8_e8m0fnu) `weight_scale` of `(out, in / 32)`;
+* `mxfp8`: an FP8 weight with E8M0 (uint8 / float8_e8m0fnu) scales of `(out, in / 32)`:
+  `weight_scale_from_checkpoint` where NeMo RL's MXFP8 refit keeps them, else `weight_scale`;
 * `fp8-bad-scale`: an FP8 weight whose scale has another dtype or shape;
 * `bf16`: anything else (the weight in BF16, FP16 or FP32);
 
@@ -93,7 +94,11 @@ def classify(module: Any) -> str:
         if block.shape[1] == cols and rows <= block.shape[0] <= 4 * math.ceil(rows / 4):
             return FP8_BLOCK
         return BAD_SCALE
-    mx = getattr(module, "weight_scale", None)
+    # NeMo RL's MXFP8 path keeps the checkpoint-layout E8M0 bytes as `weight_scale_from_checkpoint`
+    # (vLLM's `weight_scale` is then its swizzled copy; the CPU generation worker holds only the
+    # former)
+    mx = getattr(module, "weight_scale_from_checkpoint", None)
+    mx = getattr(module, "weight_scale", None) if mx is None else mx
     e8m0 = mx is not None and ("uint8" in str(mx.dtype) or "e8m0" in str(mx.dtype))
     if e8m0 and tuple(mx.shape)[-1] >= math.ceil(in_f / MX_BLOCK):
         return MXFP8
