@@ -53,6 +53,7 @@ def test_shipped_recipes_pass_every_check_on_both_snapshots(trees, snapshot):
             "memory",
             "fp8-param-tp",
             "fp8-kv-qk-norm",
+            "grouped-experts-mxfp8",
         ]
 
 
@@ -311,6 +312,7 @@ def test_the_preflight_style_report_lists_every_check_and_verdict():
         "memory": "pass",
         "fp8-param-tp": "pass",
         "fp8-kv-qk-norm": "skip",
+        "grouped-experts-mxfp8": "skip",
     }, (verdicts, text)
     assert text.startswith("guard rails for grpo-qwen3-8b-base-1n8g-fp8-uncalibrated")
 
@@ -419,3 +421,28 @@ def test_dry_runs_refuse_a_hopper_recipe_for_blackwell_workers_as_submit_does(tm
     assert "#SBATCH" not in captured.out and "scale-format/deepgemm-on-blackwell" in captured.err
     assert invoke(train.main, ["--recipe", name, "--dry-run"]) == 3  # H100 assumed: valid
     assert "H100 (assumed:" in capsys.readouterr().err
+
+
+# ---- grouped MoE experts in an MXFP8 refit ------------------------------------------------------
+MOE_MX = "qwen3-30b-a3b/grpo-qwen3-30b-a3b-4n4g-fp8-mxfp8-rollout"
+DTENSOR = ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]
+
+
+def test_grouped_expert_slabs_in_an_mxfp8_refit_are_refused_where_the_trainer_sends_them(trees):
+    """Megatron-Bridge's Qwen3-MoE bridge sends experts one by one (the shipped recipes pass);
+    DTensor sends transformers 5's grouped slabs, which 7ea279a's load_weights refuses in MXFP8,
+    unless the rollout keeps the experts BF16; v0.7.0 has no such refusal (retired)."""
+    for name in (MOE_MX, "qwen3-30b-a3b/grpo-qwen3-30b-a3b-4n4g-fp8-mxfp8"):
+        rep = report(name, tree=trees["7ea279a"])
+        assert rep.result("grouped-experts-mxfp8").verdict == "pass", rep.render()
+        assert "names qwen3_moe's experts one by one" in rep.result("grouped-experts-mxfp8").note
+    doomed = report(MOE_MX, DTENSOR, tree=trees["7ea279a"])
+    assert only_refused_by(doomed, "grouped-experts-mxfp8") == ["grouped-experts-mxfp8"]
+    (err,) = doomed.errors
+    assert "does not support grouped MoE expert weights" in err.what and "fp8.py:505" in err.what
+    assert "quantization_ignored_layer_kws" in err.fix and err.key.endswith("is_mx")
+    kept = [*DTENSOR, "policy.generation.vllm_cfg.quantization_ignored_layer_kws=[mlp.experts]"]
+    assert report(MOE_MX, kept, tree=trees["7ea279a"]).ok
+    old = report(MOE_MX, DTENSOR, tree=trees["v0.7.0"]).result("grouped-experts-mxfp8")
+    assert old.verdict == "skip" and old.note.startswith("retired")
+    assert not report(MOE_MX, DTENSOR).ok  # no NeMo RL tree: applied

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.guards import alignment, fp8_active, memory, scale_format, upstream_bugs
+from nemo_fp8_rl.guards import (
+    alignment,
+    fp8_active,
+    grouped_experts,
+    memory,
+    scale_format,
+    upstream_bugs,
+)
 from nemo_fp8_rl.guards.assumed_gpu import assumed_worker, not_run_line
 from nemo_fp8_rl.guards.context import GuardContext, NemoRLTree, WorkerGpu
 from nemo_fp8_rl.guards.findings import CheckResult, GuardReport
@@ -75,6 +82,13 @@ CATALOGUE: tuple[Entry, ...] = (
         "verl PR #4435",
         "before launch",
         upstream_bugs.check_kv_qk_norm,
+    ),
+    Entry(
+        "grouped-experts-mxfp8",
+        "grouped MoE expert slabs in an MXFP8 refit: NeMo RL 7ea279a's load_weights refuses them",
+        grouped_experts.UPSTREAM,
+        "before launch",
+        grouped_experts.check,
     ),
     Entry(
         "served-precision",
