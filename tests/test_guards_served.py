@@ -177,3 +177,16 @@ def test_an_mxfp8_layer_as_the_cpu_generation_worker_serves_it_is_mxfp8():
         192, 320, e4m3, torch.ones(192, 9, dtype=torch.uint8), "weight_scale_from_checkpoint"
     )
     assert classify(short) == BAD_SCALE  # 9 bytes per row where 320 / 32 = 10 are needed
+
+
+def test_scales_an_all_zero_block_left_bad_are_a_bad_scale():
+    """After a refit the served check reads the scales' values: an inf/NaN/zero block scale or
+    an E8M0 NaN byte (255) is what an all-zero block gives a quantizer without its own case."""
+    e4m3 = torch.float8_e4m3fn
+    for bad in (float("inf"), float("nan"), 0.0):
+        scale = torch.ones(2, 3)
+        scale[1, 2] = bad
+        assert classify(layer(192, 320, e4m3, scale)) == BAD_SCALE, bad
+    nan_byte = torch.full((192, 10), 127, dtype=torch.uint8)
+    nan_byte[5, 3] = 255
+    assert classify(layer(192, 320, e4m3, nan_byte, "weight_scale")) == BAD_SCALE
