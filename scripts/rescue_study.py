@@ -57,14 +57,15 @@ def run(phase: int, seeds: list[int], out: Path, jobs: int) -> int:
 
 
 def reproduce(out: Path, jobs: int) -> int:
-    """Rerun the pre-registered reference run at this commit and compare it with its archive:
+    """Rerun the pre-registered reference run at this commit (kept when `out` already holds it)
+    and compare it with its archive:
     prints the verdict (and up to 20 differences), writes `<out>/reproducibility.json`; 0 when
     bit-identical, 1 otherwise."""
     spec = endpoints.load().rescue.reproducibility
     name = dose.arm_name(spec.arm)
-    if _launch([dose.RECIPES / f"{name}.yaml"], [spec.seed], out / "reproduce", jobs):
+    if _launch([dose.RECIPES / f"{name}.yaml"], [spec.seed], out, jobs):
         return 1
-    run_dir = out / "reproduce" / name / f"seed-{spec.seed}"
+    run_dir = out / name / f"seed-{spec.seed}"  # also the study's own reference run
     archived = dose.ARCHIVE / name / f"seed-{spec.seed}" / "metrics.jsonl.gz"
     diffs = rescue.reproduce_differences(
         rescue.read_metrics(run_dir / "metrics.jsonl"), rescue.read_metrics(archived)

@@ -20,6 +20,7 @@ import yaml
 from nemo_fp8_rl.analysis.compare import TAIL_STEPS, align, compare_runs, speedup
 from nemo_fp8_rl.analysis.recipe_diff import FORCED, diff_configs, group_of, precision_of
 from nemo_fp8_rl.analysis.rundata import RunReadError, load_run, read_event_file, read_jsonl
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.compare import main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
@@ -424,7 +425,7 @@ def test_cli_runs_write_report(pair, tmp_path, capsys):
 
 
 def test_cli_errors(pair, tmp_path, capsys):
-    assert main([str(pair[0].path), str(tmp_path / "typo")]) == 2
+    assert invoke(main, [str(pair[0].path), str(tmp_path / "typo")]) == 2
     assert (
         "typo: neither a run (no such directory or metrics file) nor a recipe"
         in capsys.readouterr().err

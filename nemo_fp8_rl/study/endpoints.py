@@ -88,6 +88,7 @@ class Rescue(_Strict):
     recipes: str
     reference: str
     reproducibility: Reproducibility
+    reference_arms: list[str] = Field(default_factory=list)
     formats: list[str] = Field(min_length=1)
     seeds: list[int] = Field(min_length=2)
     steps: int = Field(ge=1)
@@ -112,7 +113,7 @@ def load(path: Path = FILE) -> Endpoints:
         return Endpoints.model_validate(load_yaml_file(path))
     except RecipeError as exc:
         raise UsageError(
-            str(path), f"not a valid endpoints file ({exc.issues[0].problem})", "restore it"
+            str(path), f"not a valid endpoints file ({exc.issues[0].what})", "restore it"
         ) from exc
     except ValidationError as exc:
         first = str(exc).splitlines()[0]

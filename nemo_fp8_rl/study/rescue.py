@@ -14,7 +14,7 @@ import json
 import math
 from pathlib import Path
 
-from nemo_fp8_rl.study import endpoints
+from nemo_fp8_rl.study import dose, endpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes" / "study" / "rescue"
@@ -38,9 +38,21 @@ def phase_arms(phase: int) -> list[str]:
     return list(phases[phase - 1])
 
 
+def recipe_path(arm: str) -> Path:
+    """A rescue arm's recipe, or for a reference arm (`rescue.reference_arms`) the dose study's."""
+    if arm in endpoints.load().rescue.reference_arms:
+        return dose.RECIPES / f"{dose.arm_name(arm)}.yaml"
+    return RECIPES / f"{arm_name(arm)}.yaml"
+
+
+def run_name(arm: str) -> str:
+    """The run folder name of an arm (its recipe's file name)."""
+    return recipe_path(arm).stem
+
+
 def recipe_paths(arms: list[str]) -> list[Path]:
     """Recipe files of `arms`; a missing one is a ValueError naming it."""
-    paths = [RECIPES / f"{arm_name(a)}.yaml" for a in arms]
+    paths = [recipe_path(a) for a in arms]
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise ValueError(f"no recipe for arm(s): {', '.join(missing)}")
@@ -67,7 +79,9 @@ def read_metrics(path: Path) -> list[dict]:
 
 def reproduce_differences(rerun: list[dict], archived: list[dict]) -> list[str]:
     """Every non-timing value that differs between two runs' records, as `step N key: a != b`
-    (also steps or keys present in one only); empty when the rerun reproduces bit for bit."""
+    (also steps or keys present in one only); empty when the rerun reproduces bit for bit.
+    Event records (`{"step", "event"}`: health notices) are not metrics and are left out."""
+    rerun, archived = ([r for r in rs if "event" not in r] for rs in (rerun, archived))
     diffs = []
     if len(rerun) != len(archived):
         diffs.append(f"records: {len(rerun)} != {len(archived)}")
