@@ -14,8 +14,10 @@ import argparse
 import math
 import os
 import select
+import signal
 import sys
 import textwrap
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -218,6 +220,7 @@ def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -
     debug = "--debug" in argv or os.environ.get("NEMO_FP8_RL_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
     prog = prog or getattr(main, "__module__", "nemo_fp8_rl").replace(".cli.", ".")
+    previous = _term_interrupts()
     try:
         return main(argv)
     except SystemExit as exc:  # argparse: usage errors (2) and --help (0)
@@ -235,6 +238,24 @@ def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -
         return _report(exc, prog, debug)
     except Exception as exc:  # noqa: BLE001 (the one place every failure is reported)
         return _report(exc, prog, debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _term_interrupts() -> Any:
+    """Make SIGTERM (`kill`, a scheduler) end the command as Ctrl-C does, so that its clean-up
+    (temporary files and folders, locks) runs on both; returns the previous handler (None off
+    the main thread or where a command set its own, which is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _report(exc: Exception, prog: str, debug: bool) -> int:

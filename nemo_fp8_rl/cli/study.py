@@ -23,6 +23,7 @@ from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.user_error import UsageError, shown
+from nemo_fp8_rl.runs import written
 from nemo_fp8_rl.runs.seeds import parse_seeds
 from nemo_fp8_rl.study import analysis, endpoints, grid, report
 
@@ -61,7 +62,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="also write docs/study/ and its runs archive",
     )
     ap.add_argument(
-        "--overwrite", action="store_true", help="run again runs that have other settings"
+        "--overwrite",
+        action="store_true",
+        help="run again runs that have other settings; replace files of the report's names in "
+        "a --report folder this command did not write",
     )
     ap.add_argument("--analyse-only", action="store_true", help="only write the report")
     ap.add_argument(
@@ -245,19 +249,22 @@ def archive(out: Path, dest: Path, meta: dict) -> None:
             target.mkdir(parents=True, exist_ok=True)
             text = "".join(json.dumps(r) + "\n" for r in analysis.read_records(run))
             raw = io.BytesIO()
-            with gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as f:
+            with gzip.GzipFile(
+                fileobj=raw, mode="wb", mtime=0, filename=""
+            ) as f:  # safe-write: buffer
                 f.write(text.encode())
             write_atomic(target / "metrics.jsonl.gz", raw.getvalue())
             write_atomic(target / wall.name, wall.read_bytes())
     write_atomic(dest / META, json.dumps(meta, indent=1) + "\n")
 
 
-def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict]) -> None:
-    """`tables.md`, `results.json` and the plots in `dest`."""
+def write_report(out: Path, dest: Path, meta: dict, table: dict, rows: list[dict]) -> list[Path]:
+    """`tables.md`, `results.json` and the plots in `dest`; returns the files written."""
     dest.mkdir(parents=True, exist_ok=True)
-    plots = [str(p) for p in report.plots(out, table, NAMES, dest)]
+    plots = report.plots(out, table, NAMES, dest)
     report.write_json(dest / "results.json", table, rows, meta)
-    write_atomic(dest / "tables.md", full_block(rows, table, meta, plots) + "\n")
+    write_atomic(dest / "tables.md", full_block(rows, table, meta, [str(p) for p in plots]) + "\n")
+    return [*plots, dest / "results.json", dest / "tables.md"]
 
 
 def _closing_line(meta: dict, took: float, analyse_only: bool, dest: Path) -> str:
@@ -291,6 +298,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     _check_folder(args.out, "--out")
     _check_folder(dest, "--report")
+    if not args.write_docs:  # docs/study is the committed report, replaced on purpose
+        written.claim(dest, "--report", args.overwrite)
     meta = read_meta(args.out)
     if not args.analyse_only:
         specs = grid.plan([STUDY_DIR / f"{n}.yaml" for n in NAMES], seeds, args.out,
@@ -313,7 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.analyse_only and args.seeds is None:
         seeds = meta.get("seeds", seeds)  # what the runs in --out were run with
     table, rows, meta = blocks(args.out, seeds)
-    write_report(args.out, dest, meta, table, rows)
+    files = write_report(args.out, dest, meta, table, rows)
+    if not args.write_docs:
+        written.record(dest, files)
     if args.write_docs:
         if args.out.resolve() != (DOCS / "runs").resolve():
             archive(args.out, DOCS / "runs", meta)

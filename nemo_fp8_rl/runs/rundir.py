@@ -32,7 +32,7 @@ from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
-from nemo_fp8_rl.runs.outputs import check_removable, remove_ours
+from nemo_fp8_rl.runs.outputs import check_removable, kept_note, remove_ours
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
@@ -246,7 +246,9 @@ def prepare(
     check_owner(run_dir, config, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        remove_ours([run_dir / s for s in STALE], run_dir)  # a link there: refused, kept
+        kept = remove_ours([run_dir / s for s in STALE], run_dir)  # a link: refused, kept
+        if kept:
+            print(f"note: {run_dir}: {kept_note(kept)}", file=sys.stderr)
     atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 

@@ -187,7 +187,7 @@ def train_command(
 def _open_log(path: Path):
     """A seed's log, truncated, opened for writing without following a link."""
     fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.fdopen(fd, "w", encoding="utf-8")  # safe-write: fd (open_nofollow)
 
 
 class _Child:

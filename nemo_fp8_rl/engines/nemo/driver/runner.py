@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -163,7 +164,9 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
     each run to a new `exp_N` there, and `check_hand_set` refused one holding checkpoints."""
     mine = outputs.hand_set_paths(recipe)
     derived = [p for p in (ckpt, Path(recipe.config["logger"]["log_dir"])) if p not in mine]
-    outputs.remove_ours(derived, recipe.run_dir, mine)
+    kept = outputs.remove_ours(derived, recipe.run_dir, mine)
+    if kept:
+        print(f"note: {recipe.run_dir}: {outputs.kept_note(kept)}", file=sys.stderr)
 
 
 def _total_steps(state: Any) -> int:

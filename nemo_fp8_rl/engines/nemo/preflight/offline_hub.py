@@ -20,6 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import write_atomic
+
 MODEL_CONFIGS = Path(__file__).parents[1] / "model_configs"
 SNAPSHOT = "0" * 40  # the cache's revision name for our files
 CHAT_TEMPLATE = (
@@ -119,10 +121,10 @@ def write_model(cache: Path, model_name: str) -> Path:
     snap = repo / "snapshots" / SNAPSHOT
     snap.mkdir(parents=True, exist_ok=True)
     config = model_config(model_name)
-    (snap / "config.json").write_text(json.dumps(config, indent=2))
-    _tiny_tokenizer(config).save_pretrained(snap)
+    write_atomic(snap / "config.json", json.dumps(config, indent=2))
+    _tiny_tokenizer(config).save_pretrained(snap)  # safe-write: private (the preflight's cache)
     (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(SNAPSHOT)
+    write_atomic(repo / "refs" / "main", SNAPSHOT)
     return snap
 
 
