@@ -2,17 +2,16 @@
 
 Per run, the dose study's summary (`dose_report.summarize`). Comparisons on the primary
 endpoint (`val_gain`), as pre-registered in `endpoints.yaml` (`rescue:`), each over the seeds all
-its arms have: the per-seed differences d_s, their mean with the Student-t 95 % interval
-`mean ± t_{n-1} · sd / √n`, and the two-sided paired t-test `p = P(|T_{n-1}| ≥ |mean| / (sd/√n))`:
+its arms have: the per-seed differences, their mean with the Student-t 95 % interval and the
+two-sided paired t-test p (`significance.paired_test`):
 
     ceiling[f]  = f-noclip − f-uncalibrated       control = bf16-noclip − bf16
     mediation[f] = (f-noclip − f-uncalibrated) − (bf16-noclip − bf16)
     noclip_loss[f] = f-noclip − bf16-noclip        unfloored[f] = f-unfloored − f-uncalibrated
     fix[a] = a − f-uncalibrated                    (each (c)/(d) arm a of format f)
 
-The decision family (mediation, unfloored, fix) is Holm-adjusted: with the m p values sorted
-p_(1) ≤ … ≤ p_(m), `p̃_(i) = max_{j ≤ i} min(1, (m − j + 1) · p_(j))`. The intervals are not
-adjusted; the decisions are.
+The decision family (mediation, unfloored, fix) is Holm-adjusted (`significance.holm`). The
+intervals are not adjusted; the decisions are.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ from nemo_fp8_rl.analysis import stats
 from nemo_fp8_rl.study import endpoints
 from nemo_fp8_rl.study.dose_report import summarize
 from nemo_fp8_rl.study.rescue import ARCHIVE, run_name
+from nemo_fp8_rl.study.significance import holm, paired_test
 
 PRIMARY = "val_gain"
 
@@ -60,19 +60,6 @@ class Comparison:
     p: float
     family: bool
     holm_p: float = math.nan
-
-
-def paired_test(values: dict[int, float]) -> tuple[stats.Interval, float]:
-    """Mean of per-seed values with its Student-t 95 % interval, and the two-sided one-sample
-    t-test p against 0 (module doc); p is NaN below 2 seeds."""
-    iv = stats.mean_interval(list(values.values()))
-    if iv.n < 2:
-        return iv, math.nan
-    half = iv.high - iv.estimate
-    se = half / stats.t_quantile(stats.CONFIDENCE, iv.n - 1)
-    if se == 0:
-        return iv, 0.0 if iv.estimate != 0 else 1.0
-    return iv, 1.0 - stats.t_cdf_two_sided(abs(iv.estimate) / se, iv.n - 1)
 
 
 def _values(table: dict[str, dict[int, dict]], arm: str) -> dict[int, float]:
@@ -115,16 +102,13 @@ def comparisons(table: dict[str, dict[int, dict]]) -> list[Comparison]:
                 kind = "unfloored" if arm == f"{f}-unfloored" else "fix"
                 name = f"unfloored[{f}]" if kind == "unfloored" else f"fix[{arm}]"
                 out.append(_make(name, f"{arm} − {f}-uncalibrated", d, True))
-    return holm(out)
+    return holm_family(out)
 
 
-def holm(comps: list[Comparison]) -> list[Comparison]:
-    """The comparisons with `holm_p` set on the family members with a p (module doc)."""
-    fam = sorted((c.p, i) for i, c in enumerate(comps) if c.family and math.isfinite(c.p))
-    adjusted, running = {}, 0.0
-    for rank, (p, i) in enumerate(fam):
-        running = max(running, min(1.0, (len(fam) - rank) * p))
-        adjusted[i] = running
+def holm_family(comps: list[Comparison]) -> list[Comparison]:
+    """The comparisons with `holm_p` set on the family members (`significance.holm`)."""
+    fam = [i for i, c in enumerate(comps) if c.family]
+    adjusted = dict(zip(fam, holm([comps[i].p for i in fam]), strict=True))
     return [
         Comparison(c.name, c.formula, c.interval, c.p, c.family, adjusted.get(i, math.nan))
         for i, c in enumerate(comps)
