@@ -26,6 +26,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UsageError
 
 _RUN_FILES = ("metrics.jsonl",)
 DESCRIPTION = """\
@@ -81,22 +82,22 @@ def _unique_names(paths: list[Path]) -> list[str]:
     ]
 
 
-def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | None:
-    """A run compared with itself, or an `--out` that is a file: the error line, else None."""
+def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> None:
+    """Refuse a run compared with itself, or an `--out` that is a file (`UsageError`)."""
     if out is not None and out.exists() and not out.is_dir():
-        return f"--out {out}: is a file, not a folder. Fix: give a folder for the report"
+        raise UsageError(f"--out {out}", "is a file, not a folder", "give a folder for the report")
     if is_runs:
         seen: dict[Path, str] = {}
         for t in targets:
             key = Path(t).resolve()
             key = key.parent if key.is_file() else key
             if key in seen:
-                return (
-                    f"{t}: is the same run as {seen[key]}, and a run always matches itself. "
-                    "Fix: compare two different runs (e.g. a BF16 and an FP8 run)"
+                raise UsageError(
+                    t,
+                    f"is the same run as {seen[key]}, and a run always matches itself",
+                    "compare two different runs (e.g. a BF16 and an FP8 run)",
                 )
             seen[key] = t
-    return None
 
 
 def compare_recipes(
@@ -136,10 +137,18 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 
 
 def compare_run_dirs(
-    items: list[str], out: Path | None, plots: bool, tolerance: float, overwrite: bool = False
+    items: list[str],
+    out: Path | None,
+    plots: bool,
+    tolerance: float,
+    overwrite: bool = False,
+    allow_unfair: bool = False,
 ) -> dict:
-    """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
-    table and verdicts, write the report files and `verdict.json`; returns the verdict."""
+    """Read the runs and their evaluations, refuse runs that differ in more than precision and
+    seed unless `allow_unfair` labels their verdicts (`analysis.fairness`), claim the report
+    folder (`report_folder`), print the table and verdicts, write the report files and
+    `verdict.json`; returns the verdict."""
+    from nemo_fp8_rl.analysis import fairness
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.analysis.more_seeds import more_seeds_commands
@@ -152,6 +161,7 @@ def compare_run_dirs(
     start = time.perf_counter()
     paths = expand_seed_groups(items)
     runs = [load_run(p, name) for p, name in zip(paths, _unique_names(paths), strict=True)]
+    labels = fairness.check(runs, allow_unfair)  # before anything is written
     evaluations = table.collect([p if p.is_dir() else p.parent for p in paths])
     recipes = group_runs(runs)  # runs of one recipe only: compared run by run
     grouped = len(recipes) >= 2 and any(len(g.runs) > 1 for g in recipes)
@@ -163,10 +173,20 @@ def compare_run_dirs(
     )
     if grouped:
         groups = compare_groups(runs, tolerance_points=tolerance)
+        about = [
+            [r.name for r in g.runs] for i, g in enumerate(groups.groups) if i != groups.reference
+        ]
+        groups.verdicts = fairness.labelled(groups.verdicts, about, labels)
         _write_grouped(groups, runs, out, plots, tolerance)
         verdict = groups_verdict(groups, tolerance)
     else:
         comparison = compare_runs(runs, tolerance_points=tolerance)
+        about = [
+            [s.name]
+            for i, s in enumerate(comparison.summaries)
+            if i != comparison.reference and s.precision != "bf16"
+        ]
+        comparison.verdicts = fairness.labelled(comparison.verdicts, about, labels)
         if len(recipes) >= 2:
             comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
         print_comparison(comparison)
@@ -177,6 +197,8 @@ def compare_run_dirs(
         files = write_report(comparison, out, plots=plots)
         print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
         verdict = runs_verdict(comparison, tolerance)
+    verdict["fair"] = not any(v.startswith("NOT A PRECISION") for v in labels.values())
+    verdict["fairness_labels"] = labels
     print(f"wrote {write_verdict(verdict, out)}")
     write_evaluations(evaluations, out)
     folder.record()
@@ -237,7 +259,6 @@ def _tolerance(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and compare recipes or runs; returns the exit code."""
     from nemo_fp8_rl.analysis.compare import DEFAULT_TOLERANCE_POINTS
-    from nemo_fp8_rl.analysis.rundata import RunReadError
 
     parser = ArgumentParser(prog="nemo_fp8_rl.compare", description=DESCRIPTION, examples=EXAMPLES)
     parser.add_argument(
@@ -267,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_TOLERANCE_POINTS,
         help="accuracy gap (points) still called a match",
     )
+    parser.add_argument(
+        "--allow-unfair",
+        action="store_true",
+        help="runs that differ in more than precision and seed (engine, generator, NeMo RL "
+        "tree, recipe keys): compare them anyway, each verdict labelled as not a precision "
+        "comparison (without it, compare refuses them)",
+    )
     args = parser.parse_args(argv)
     targets, overrides = _split(args.items)
     if len(targets) < 2 and len(expand_seed_groups(targets)) < 2:  # one folder of seeds is fine
@@ -278,12 +306,11 @@ def main(argv: list[str] | None = None) -> int:
 
         close = closest_names(unknown[0])
         hint = f"did you mean the recipe {' or '.join(close)}? Else c" if close else "C"
-        print(
-            f"error: {', '.join(unknown)}: neither a run (no such directory or metrics file) nor a "
-            f"recipe. Fix: {hint}heck the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
-            file=sys.stderr,
+        raise UsageError(
+            ", ".join(unknown),
+            "neither a run (no such directory or metrics file) nor a recipe",
+            f"{hint}heck the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
         )
-        return 2
     if len(set(kinds.values())) > 1:
         runs = [t for t, k in kinds.items() if k == "run"]
         recipes = [t for t, k in kinds.items() if k == "recipe"]
@@ -293,22 +320,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--json goes with runs; recipes are compared as a diff")
     if is_runs and overrides:
         parser.error(f"overrides apply to recipes only; a run's recipe is fixed (got {overrides})")
-    problem = _check_inputs(targets, args.out, is_runs)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        if not is_runs:
-            return compare_recipes(targets, overrides, args.out, args.overwrite)
-        plots = not args.no_plots
-        human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-        with human:
-            verdict = compare_run_dirs(
-                targets, args.out, plots, args.tolerance_points, args.overwrite
-            )
-    except (RunReadError, ValueError) as exc:  # RecipeError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    _check_inputs(targets, args.out, is_runs)
+    if not is_runs:
+        return compare_recipes(targets, overrides, args.out, args.overwrite)
+    plots = not args.no_plots
+    human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with human:
+        verdict = compare_run_dirs(
+            targets, args.out, plots, args.tolerance_points, args.overwrite, args.allow_unfair
+        )
     if args.json:
         from nemo_fp8_rl.analysis.verdict_json import dumps
 

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.output_paths import hand_set
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.schema import PATH_KEYS
@@ -195,7 +195,7 @@ def check_hand_set(recipe: Any, *, resume: bool = False, overwrite: bool = False
     """Refuse a hand-set output folder a run of `recipe` must not use (module docstring);
     every problem is listed, each at the file that set the key."""
     name = recipe.config["logger"]["wandb"]["name"]
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     for key in PATH_KEYS:
         if not hand_set(recipe.provenance, key):
             continue
@@ -203,9 +203,7 @@ def check_hand_set(recipe: Any, *, resume: bool = False, overwrite: bool = False
         folder = Path(recipe.config[section][leaf])
         problem = _folder_problem(key, folder, name, resume=resume, overwrite=overwrite)
         if problem is not None:
-            issues.append(
-                ConfigIssue(key, f"{folder}: {problem[0]}", problem[1], _src(recipe, key))
-            )
+            issues.append(Problem(key, f"{folder}: {problem[0]}", problem[1], _src(recipe, key)))
     if issues:
         raise RecipeError(recipe.name, issues)
 

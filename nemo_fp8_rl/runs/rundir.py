@@ -193,7 +193,7 @@ def _check_saved(
         saved = load_yaml_file(saved_path) or {}
         saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
     except (RecipeError, AttributeError) as exc:
-        why = exc.issues[0].problem if isinstance(exc, RecipeError) else "not a recipe"
+        why = exc.issues[0].what if isinstance(exc, RecipeError) else "not a recipe"
         raise RunDirError(
             saved_path,
             f"cannot read the saved recipe ({why})",

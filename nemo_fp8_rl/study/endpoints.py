@@ -113,7 +113,7 @@ def load(path: Path = FILE) -> Endpoints:
         return Endpoints.model_validate(load_yaml_file(path))
     except RecipeError as exc:
         raise UsageError(
-            str(path), f"not a valid endpoints file ({exc.issues[0].problem})", "restore it"
+            str(path), f"not a valid endpoints file ({exc.issues[0].what})", "restore it"
         ) from exc
     except ValidationError as exc:
         first = str(exc).splitlines()[0]

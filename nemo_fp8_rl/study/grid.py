@@ -107,7 +107,7 @@ def differences(spec: RunSpec) -> list[str]:
     except RecipeError as exc:
         raise UsageError(
             str(path),
-            f"cannot read the saved recipe ({exc.issues[0].problem})",
+            f"cannot read the saved recipe ({exc.issues[0].what})",
             f"restore it, or move {spec.run_dir} away and run the study again",
         ) from exc
     planned = yaml.safe_load(yaml.safe_dump(spec.config, sort_keys=False))

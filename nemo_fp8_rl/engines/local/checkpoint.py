@@ -22,15 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.safe_files import located_disk_full, refuse_link, write_atomic
-from nemo_fp8_rl.config.user_error import UserError
+from nemo_fp8_rl.config.user_error import CheckpointError
 
 STATE_FILE = "state.pt"
 INFO_FILE = "info.json"
 MANIFEST_FILE = "manifest.json"
-
-
-class CheckpointError(UserError):
-    """A checkpoint cannot be resumed from; the message says which, why and what to do."""
 
 
 def _digest(path: Path) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.safe_files import write_atomic_with
+from nemo_fp8_rl.config.user_error import UserError
 
 MODEL_FILE = "model.pt"
 OPTIM_FILE = "optim.pt"
@@ -43,9 +44,11 @@ def save(
 def _read(folder: str, name: str, what: str) -> Any:
     path = Path(folder) / name
     if not path.is_file():
-        raise FileNotFoundError(
-            f"error: {what}={folder}: no {name} in it. Fix: pass a folder written by the CPU "
-            "policy worker's save_checkpoint (NeMo RL's <checkpoint>/policy/weights|optimizer)"
+        raise UserError(
+            f"{what}={folder}",
+            f"no {name} in it",
+            "pass a folder written by the CPU "
+            "policy worker's save_checkpoint (NeMo RL's <checkpoint>/policy/weights|optimizer)",
         )
     return torch.load(path, map_location="cpu", weights_only=False)
 

@@ -64,10 +64,7 @@ def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
         return
     problems = mx_problems(recipe.config, Path(info.location).parent)
     if problems:
-        raise EngineConfigError(
-            f"{recipe.name} cannot run on {info.describe()}:\n"
-            + "\n".join(f"  - {p.line_text()}" for p in problems)
-        )
+        raise EngineConfigError(recipe.name, f"cannot run on {info.describe()}", problems)
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
@@ -77,17 +74,23 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     try:
         rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
     except rundir.RunDirError as exc:
-        raise EngineConfigError(str(exc)) from exc
+        raise EngineConfigError(exc.where, exc.what, fix=exc.fix) from exc
     outputs.check_hand_set(recipe, resume=resume, overwrite=overwrite)  # the user's folders
     ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
     existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
     if existing and not resume and not overwrite:
         raise EngineConfigError(
-            f"{ckpt} already holds checkpoints ({existing[-1].name}); pass --resume to continue "
-            "that run, --overwrite to start it over, or --run-dir to start a new one"
+            str(ckpt),
+            f"already holds checkpoints ({existing[-1].name})",
+            fix="pass --resume to continue that run, --overwrite to start it over, or --run-dir "
+            "to start a new one",
         )
     if resume and not existing:
-        raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
+        raise EngineConfigError(
+            "--resume",
+            f"given but {ckpt} holds no step_* checkpoint",
+            fix="drop --resume to start the run, or pass the run dir that holds its checkpoints",
+        )
     if overwrite and not resume:
         _clear_outputs(recipe, ckpt, existing)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -97,13 +100,25 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
 
 
 def write_environment(
-    run_dir: Path, info: compat.NemoRLInfo, seconds: dict[str, float] | None = None
+    run_dir: Path,
+    info: compat.NemoRLInfo,
+    seconds: dict[str, float] | None = None,
+    served: dict[str, Any] | None = None,
 ) -> None:
-    """environment.json: versions, host, engine, which NeMo RL ran, and (once known) the seconds
-    of each stage of the run (`seconds`: the hand-off (on the CPU loop: the model and its
-    warm-up), Ray's start, tokenizer and data, NeMo RL's setup and training, total), as the
-    embedded engine records them."""
-    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    """environment.json: versions, host, engine, which NeMo RL ran (version, folder, and its
+    tree's commit and source digest, `served_by.tree_revision`), which generator served
+    (`served`, once the hand-off decided it), and (once known) the seconds of each stage of
+    the run (`seconds`: the hand-off (on the CPU loop: the model and its warm-up), Ray's start,
+    tokenizer and data, NeMo RL's setup and training, total), as the embedded engine records them."""
+    from nemo_fp8_rl.engines.nemo.driver.served_by import tree_revision
+
+    extra: dict[str, Any] = {
+        "nemo_rl": info.version,
+        "nemo_rl_location": info.location,
+        "nemo_rl_tree": tree_revision(info.location),
+    }
+    if served is not None:
+        extra["generator"] = served
     if seconds is not None:
         extra["seconds"] = seconds
     rundir.write_environment(run_dir, "nemo", extra)
@@ -317,10 +332,7 @@ def run(
     platform = platform_for(recipe.config, cpu_inputs)
     problems = check_recipe(recipe, platform) + platform.missing_inputs()
     if problems:
-        raise EngineConfigError(
-            f"{recipe.name} cannot run on the NeMo RL engine:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
+        raise EngineConfigError(recipe.name, "cannot run on the NeMo RL engine", problems)
     locked = Path(recipe.run_dir).resolve()
     lock.hold(locked)  # one training process per run dir, as on the embedded engine
     try:
@@ -333,11 +345,12 @@ def run(
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
         t0 = time.perf_counter()
         prepared = _prepare_nemo(recipe, platform)
+        write_environment(run_dir, info, served=platform.served())
         t_prepared = time.perf_counter()
         _train(recipe, run_dir, prepared, platform)
         end = time.perf_counter()
         seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
-        write_environment(run_dir, info, seconds)
+        write_environment(run_dir, info, seconds, platform.served())
     finally:
         platform.stop_ray()
         lock.release(locked)
