@@ -26,8 +26,9 @@ commands:
   show R --memory [--gpu T]       the per-GPU memory estimate, trainer and vLLM, on H100, H200,
                                   B200 and GB200 (or the workers' type T)
   validate [R ...]                load and check recipes (all when none is given)
-  cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
-     [--full]                     from any folder (--full: every key, no defaults:)
+  cp R FILE.yaml [--overwrite]    copy a recipe to edit it: the whole configuration, every key with
+     [--defaults]                 the file that set it (--defaults: the recipe's own lines over its
+                                  defaults:, as names that load from any folder)
   import NEMO.yaml [FILE.yaml]    a NeMo RL GRPO config as a recipe, every key kept; --fp8 adds
      [--fp8 [R]] [--calibrated]   FP8, --calibrated calibrated clipping; key=value overrides
      [key=value ...]              apply last (see: nemo_fp8_rl.recipes import --help)"""
@@ -322,11 +323,17 @@ def _parser() -> ArgumentParser:
     cp.add_argument("recipe", help="recipe path or short name")
     cp.add_argument("dest", type=Path, metavar="FILE.yaml", help="the copy (or a folder for it)")
     cp.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    cp.add_argument(
+    shape = cp.add_mutually_exclusive_group()
+    shape.add_argument(
         "--full",
         action="store_true",
-        help="write every key of the resolved recipe (each with the file that set it) instead "
-        "of the recipe's own lines over its defaults",
+        help="write every key of the resolved recipe, each with the file that set it (the default)",
+    )
+    shape.add_argument(
+        "--defaults",
+        action="store_true",
+        help="write the recipe's own lines over its defaults: instead (the copy then follows "
+        "later fixes of the configs it builds on)",
     )
     _add_import(sub)
     return parser
@@ -344,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "show":
         return cmd_show(args.recipe, args.overrides, args.sources, args.memory, args.gpu)
     if args.cmd == "cp":
-        return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
+        return cmd_cp(args.recipe, args.dest, args.overwrite, full=not args.defaults)
     if args.cmd == "import":
         dest, overrides = _import_args(args)
         return cmd_import(args.source, dest, args.fp8, args.calibrated, args.overwrite, overrides)
