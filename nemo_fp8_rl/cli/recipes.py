@@ -147,7 +147,7 @@ def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: s
 
 
 def _show_memory(recipe, gpu: str | None) -> int:
-    from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+    from nemo_fp8_rl.config.gpus import MEMORY_TYPES, find_gpu, gpu_names
     from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
     from nemo_fp8_rl.guards.memory import breakdown
 
@@ -168,9 +168,32 @@ def _show_memory(recipe, gpu: str | None) -> int:
             "download the model's config.json into the Hugging Face cache, or point "
             "policy.model_name at a folder holding it",
         )
+    gpus, other = _runs_on(recipe, [find_gpu(gpu).name] if gpu else list(MEMORY_TYPES))
     print(f"memory estimate of {recipe.name} per GPU:")
-    print(breakdown(recipe.config, hf, [find_gpu(gpu).name] if gpu else None))
+    if gpus:
+        print(breakdown(recipe.config, hf, gpus))
+    print("\n".join(other))
     return 0
+
+
+def _runs_on(recipe, names: list[str]) -> tuple[list[str], list[str]]:
+    """Of the GPU types `names`, those the recipe runs on, and a line for each it does not (a
+    recipe for one GPU family is refused on the other, whatever its memory: `guards.siblings`)."""
+    from nemo_fp8_rl.config.gpus import find_gpu
+    from nemo_fp8_rl.guards.siblings import FAMILY_NAMES, family_of, sibling_line
+
+    family = family_of(recipe.config)
+    if family is None:
+        return names, []
+    keep = [n for n in names if find_gpu(n).family == family]
+    sibling = (sibling_line(Path(recipe.path), recipe.config) or "").partition("; ")[2]
+    lines = [
+        f"  {n}: not estimated: {recipe.name} runs on {FAMILY_NAMES[family]} GPUs only, so it "
+        f"does not run on a {n} whatever its memory; {sibling}"
+        for n in names
+        if n not in keep
+    ]
+    return keep, lines
 
 
 def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
