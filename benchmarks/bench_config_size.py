@@ -17,6 +17,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.recipe import project_root
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 
 def write_recipe(folder: Path, keys: int) -> Path:
@@ -24,7 +25,7 @@ def write_recipe(folder: Path, keys: int) -> Path:
     parent = project_root() / "recipes/tiny/grpo-tiny-qwen3-cpu-bf16.yaml"
     path = folder / f"keys-{keys}.yaml"
     lines = [f"defaults: {parent}", "env:", *(f"  k{i}: {i}" for i in range(keys))]
-    path.write_text("\n".join(lines) + "\n")
+    write_atomic(path, "\n".join(lines) + "\n")
     return path
 
 

@@ -25,6 +25,8 @@ import statistics
 import time
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
+
 
 def _timed_engine_checks(spent: list[float]) -> contextlib.AbstractContextManager:
     """Wrap the engine-check entry points so their time is added to `spent`."""
@@ -86,7 +88,7 @@ def main() -> None:
         f"{max(r['load'] for r in rows):.1f} (1 min)"
     )
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        write_atomic(args.json, json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

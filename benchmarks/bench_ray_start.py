@@ -31,6 +31,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
+
 VARIANTS = ("once", "gcs-wait", "retry")
 BURN = (
     "import os, time\nparent, end = os.getppid(), time.time() + {s}\n"
@@ -267,7 +269,7 @@ def main() -> None:
     for variant in args.variants:
         print(summary([r for r in rows if r["variant"] == variant]))
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        write_atomic(args.json, json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ import threading
 import time
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
+
 ROOT = Path(__file__).resolve().parents[1]
 SAVED = ROOT / "benchmarks" / "setup"
 BEGIN, END = "<!-- setup-cost:begin -->", "<!-- setup-cost:end -->"
@@ -37,6 +39,12 @@ COMMANDS = (  # exactly as README gives them (without a terminal the run prints 
                "recipes/tiny/grpo-tiny-qwen3-cpu-fp8.yaml"]),
     ("pytest", ["uv", "run", "pytest"]),
 )  # fmt: skip
+
+
+def _open_log(path: Path):
+    """`path` truncated for writing, never through a link (`safe_files.open_nofollow`)."""
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    return os.fdopen(fd, "w")  # safe-write: fd
 
 
 def _kib(path: Path) -> int:
@@ -74,7 +82,7 @@ class LoadSampler:
 def run_command(clone: Path, argv: list[str], log: Path) -> dict:
     """Run `argv` in `clone`; its wall time, exit code, load samples and last output line."""
     start = time.perf_counter()
-    with LoadSampler() as load, log.open("w") as out:
+    with LoadSampler() as load, _open_log(log) as out:
         done = subprocess.run(argv, cwd=clone, stdout=out, stderr=subprocess.STDOUT, check=False)
     lines = [x for x in log.read_text(errors="replace").splitlines() if x.strip()]
     return {
@@ -180,14 +188,14 @@ def main(argv: list[str] | None = None) -> int:
         if text.count(BEGIN) != 1 or text.count(END) != 1:
             raise SystemExit(f"error: {args.write}: needs one {BEGIN} and one {END}")
         head, rest = text.split(BEGIN)
-        args.write.write_text(f"{head}{BEGIN}\n{block}\n{END}{rest.split(END)[1]}")
+        write_atomic(args.write, f"{head}{BEGIN}\n{block}\n{END}{rest.split(END)[1]}")
         return 0
     if args.clone is None:
         ap.error("run needs the fresh clone's folder")
     record = measure(args.clone.resolve(), args.label)
     SAVED.mkdir(parents=True, exist_ok=True)
     path = SAVED / f"{args.label}.json"
-    path.write_text(json.dumps(record, indent=1) + "\n")
+    write_atomic(path, json.dumps(record, indent=1) + "\n")
     print(f"wrote {path}")
     return 0 if all(record[n]["returncode"] == 0 for n, _ in COMMANDS) else 1
 

@@ -15,19 +15,31 @@ The design is pre-registered in `nemo_fp8_rl/study/endpoints.yaml` (`dose:`); th
 `threshold` prints the surge threshold the pre-registered rule gives (mean + 2 SD of the BF16
 arm's largest entropy rise) and, with `--write`, writes it into the endpoints file, which must
 then be committed before any low-precision run starts.
+
+Errors are the package's: one line `error: <where>: <what>. Fix: <how>`, exit 2 for bad usage
+or input, 1 for a runtime fault, 130 after Ctrl-C; every file goes through the project's safe
+writes (never through a link) and a generated block is written only once all of it is computed.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PROG = "scripts/dose_study.py"
 sys.path.insert(0, str(ROOT))
 
+from nemo_fp8_rl.cli.common import (  # noqa: E402
+    SEEDS_SYNTAX,
+    ArgumentParser,
+    invoke,
+    positive_int,
+)
+from nemo_fp8_rl.config.safe_files import write_atomic  # noqa: E402
+from nemo_fp8_rl.config.user_error import UsageError, shown  # noqa: E402
 from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
 from nemo_fp8_rl.study import analysis, dose, dose_report, endpoints, grid  # noqa: E402
 
@@ -39,9 +51,11 @@ def run(formats: list[str], seeds: list[int], out: Path, jobs: int) -> int:
         any(fmt != "bf16" for fmt in formats)
         and endpoints.load().dose.entropy_surge.threshold is None
     ):
-        print("refused: the surge threshold is not fixed yet (run the BF16 arm, then `threshold "
-              "--write` and commit the endpoints file)", file=sys.stderr)  # fmt: skip
-        return 2
+        raise UsageError(
+            "--formats",
+            "the surge threshold is not fixed yet, and low-precision arms need it",
+            "run the BF16 arm, then `threshold --write` and commit the endpoints file",
+        )
     # On a shared machine Ray's memory monitor kills the study's small actors (~0.5 GB each)
     # for other processes' memory; the kernel's OOM killer still guards the machine.
     os.environ.setdefault("RAY_memory_monitor_refresh_ms", "0")
@@ -60,30 +74,54 @@ def threshold(out: Path, write: bool) -> int:
     rises = [
         dose.largest_rise(analysis.read_records(r), ep.dose.entropy_surge.window) for r in runs
     ]
-    value = dose.surge_threshold(rises)
+    try:
+        value = dose.surge_threshold(rises)
+    except ValueError as exc:
+        raise UsageError(f"--out {out}", str(exc), "run the BF16 arm over more seeds") from exc
     print(f"BF16 largest entropy rise over {len(rises)} seeds: {rises}; threshold {value:.4f}")
     if write:
         text = endpoints.FILE.read_text(encoding="utf-8")
         new, count = re.subn(r"(\n    threshold: )null\n", rf"\g<1>{value:.4f}\n", text)
         if count != 1:
-            print(
-                "refused: the endpoints file has no `threshold: null` under dose:", file=sys.stderr
+            raise UsageError(
+                endpoints.FILE,
+                "has no `threshold: null` under dose: (fixed already?); nothing was written",
+                "set it back to null to record a new threshold",
             )
-            return 2
-        endpoints.FILE.write_text(new, encoding="utf-8")
+        write_atomic(endpoints.FILE, new)
         print(f"wrote threshold {value:.4f} to {endpoints.FILE}")
     return 0
 
 
+def _formats(text: str) -> list[str]:
+    """`--formats` as a list, each a known format (else a located usage error)."""
+    formats = text.split(",")
+    try:
+        dose.arms(formats)
+    except ValueError as exc:
+        raise UsageError(f"--formats {shown(text)}", str(exc), "see --help") from exc
+    return formats
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return parse_seeds(text)
+    except ValueError as exc:
+        raise UsageError(f"--seeds {shown(text)}", str(exc), f"give {SEEDS_SYNTAX}") from exc
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    """Parse the command line and run one sub-command; returns the exit code."""
+    ap = ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["run", "threshold", "passk", "archive", "table", "figure"])
     ap.add_argument(
         "--formats", default="bf16", help="bf16 and/or formats of the study, comma-separated"
     )
     ap.add_argument("--seeds", default="1-3,5-6")
     ap.add_argument("--out", type=Path, default=Path("runs/dose"))
-    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each uses one thread)")
+    ap.add_argument(
+        "--jobs", type=positive_int, default=1, help="runs at a time (each uses one thread)"
+    )
     ap.add_argument(
         "--write",
         action="store_true",
@@ -92,9 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = ap.parse_args(argv)
     if args.what == "run":
-        return (
-            1 if run(args.formats.split(","), parse_seeds(args.seeds), args.out, args.jobs) else 0
-        )
+        return 1 if run(_formats(args.formats), _seeds(args.seeds), args.out, args.jobs) else 0
     if args.what == "threshold":
         return threshold(args.out, args.write)
     if args.what == "passk":
@@ -118,4 +154,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(invoke(main, prog=PROG))

@@ -21,12 +21,13 @@ Only the project's bit-exact FP8 emulation produces the errors; the warm-up is t
 (`data/warmup/`), so every machine starts from the same weights. Usage:
 `uv run python scripts/fp8_mechanism.py [--steps 4] [--only NAME ...] [--out FILE]`, and
 `--table FILE [--write docs/study/README.md]` for the Markdown table (written between the
-`<!-- mechanism-table:begin -->` and `<!-- mechanism-table:end -->` markers).
+`<!-- mechanism-table:begin -->` and `<!-- mechanism-table:end -->` markers). Errors are the
+package's (`error: <where>: <what>. Fix: <how>`, exit 2 for bad input, 130 after Ctrl-C);
+`--out` is appended to, never through a link, one whole line per finished variant.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -35,8 +36,11 @@ from pathlib import Path
 
 import torch
 
+from nemo_fp8_rl.cli.common import ArgumentParser, invoke, positive_int
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.project import LocalConfig
+from nemo_fp8_rl.config.safe_files import open_append, read_text_bounded
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.batch import build_batch
 from nemo_fp8_rl.engines.local.rollout import Rollout
@@ -45,6 +49,7 @@ from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.trainer import Trainer
 from nemo_fp8_rl.study.doc_blocks import write_block
 
+PROG = "scripts/fp8_mechanism.py"
 BASE = "tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated"
 TW = "policy.megatron_cfg.fp8_cfg.fp8_recipe=tensorwise"
 LR3E5 = ["policy.megatron_cfg.optimizer.lr=3e-5", "policy.megatron_cfg.optimizer.min_lr=3e-5"]
@@ -174,21 +179,37 @@ def table(path: Path) -> str:
         "|---|---|---|---|---|---|---|---|---|---|"
     )
     rows = [head]
-    for line in path.read_text().splitlines():
-        d = json.loads(line)
-        rows.append(
-            f"| {d['variant']} | {d.get('steps', '?')} | {d['prob_nmae']:.4f} | "
-            f"{d['ratio_nmae']:.4f} | {d['ratio_amplification']:.2f} | "
-            f"{d['single_pass_nmae']:.4f} | {d['ratio_compounding']:.2f} | {d['rho']:.2f} | "
-            f"{d['bf16_lower_frac_neg']:.4f} | {d['fp8_nominal_lower_frac_neg']:.4f} |"
-        )
+    lines = read_text_bounded(path, MAX_RESULTS, "results file").splitlines()
+    for number, line in enumerate(lines, 1):
+        try:
+            rows.append(_row(json.loads(line)))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise UsageError(
+                f"{path}:{number}",
+                f"not a result row of this script ({type(exc).__name__}: {exc})",
+                "pass a JSONL file this script wrote with --out",
+            ) from exc
     return "\n".join(rows)
 
 
+MAX_RESULTS = 2**20  # one line per variant: far below a megabyte
+
+
+def _row(d: dict) -> str:
+    """One table row of a results line."""
+    return (
+        f"| {d['variant']} | {d.get('steps', '?')} | {d['prob_nmae']:.4f} | "
+        f"{d['ratio_nmae']:.4f} | {d['ratio_amplification']:.2f} | "
+        f"{d['single_pass_nmae']:.4f} | {d['ratio_compounding']:.2f} | {d['rho']:.2f} | "
+        f"{d['bf16_lower_frac_neg']:.4f} | {d['fp8_nominal_lower_frac_neg']:.4f} |"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--only", nargs="*", default=None)
+    """Run the variants (or print / splice the table of a results file); the exit code."""
+    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=positive_int, default=4)
+    ap.add_argument("--only", nargs="*", default=None, metavar="NAME", choices=list(VARIANTS))
     ap.add_argument("--out", default="/tmp/fp8_mechanism.jsonl")
     ap.add_argument("--table", help="only print the Markdown table of this JSONL file")
     ap.add_argument("--write", type=Path, help="with --table: splice it into this Markdown file")
@@ -202,17 +223,18 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     torch.set_num_threads(1)
     names = args.only or list(VARIANTS)
+    open_append(Path(args.out)).close()  # refused before anything runs: a link, a pipe, a folder
     for name in names:
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory() as tmp:
             res = run_variant(VARIANTS[name], args.steps, Path(tmp))
         res["seconds"] = time.perf_counter() - t0
         line = {"variant": name, **res, "steps": args.steps}
-        with open(args.out, "a") as f:
+        with open_append(Path(args.out)) as f:
             f.write(json.dumps(line) + "\n")
         print(f"{name:40s} " + " ".join(f"{k}={v:.4g}" for k, v in res.items()), flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(invoke(main, prog=PROG))

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
-import shutil
+import io
 import sys
 from pathlib import Path
 
@@ -37,6 +37,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nemo_fp8_rl.config.safe_files import write_atomic  # noqa: E402
 from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
 from nemo_fp8_rl.study import analysis, grid  # noqa: E402
 
@@ -78,11 +79,12 @@ def recipe_for(q: float, folder: Path, setting: str | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{prefix(setting)}{q:g}.yaml"
     extra = "" if setting is None else f"  - {SETTINGS / (setting + '.yaml')}\n"
-    path.write_text(
+    write_atomic(
+        path,
         f"# Link-B ablation (not FP8): BF16 study recipe, negative-gradient drop q = {q:g}"
         f"{'' if setting is None else ', setting ' + setting}\n"
         f"defaults:\n  - {BASE}\n{extra}  - {OVERLAY}\n"
-        f"loss_fn:\n  ablation:\n    negative_gradient_drop_q: {q!r}\n"
+        f"loss_fn:\n  ablation:\n    negative_gradient_drop_q: {q!r}\n",
     )
     return path
 
@@ -112,11 +114,12 @@ def archive(out: Path, setting: str | None = None) -> list[Path]:
             continue
         target = dest / run_dir.parent.name / run_dir.name
         target.mkdir(parents=True, exist_ok=True)
-        with (
-            metrics.open("rb") as src,
-            gzip.GzipFile(target / "metrics.jsonl.gz", "wb", mtime=0) as f,
-        ):
-            shutil.copyfileobj(src, f)
+        packed = io.BytesIO()  # the gzip header names metrics.jsonl, as before
+        with gzip.GzipFile(
+            str(target / "metrics.jsonl.gz"), "wb", 9, packed, mtime=0
+        ) as f:  # safe-write: buffer
+            f.write(metrics.read_bytes())
+        write_atomic(target / "metrics.jsonl.gz", packed.getvalue())
         written.append(target)
         print(f"archived {run_dir.parent.name}/{run_dir.name} ({steps} steps)")
     return written
@@ -145,7 +148,9 @@ def differences(committed: list[dict], rerun: list[dict]) -> list[str]:
             if key.startswith(MACHINE_KEYS):
                 continue
             if key not in new or new[key] != value:
-                found.append(f"step {old.get('step')}: {key} {value!r} vs {new.get(key, 'absent')!r}")
+                found.append(
+                    f"step {old.get('step')}: {key} {value!r} vs {new.get(key, 'absent')!r}"
+                )
     return found
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import sys
 from pathlib import Path
+
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 ARCHIVED = ("metrics.jsonl", "environment.json", "recipe.yaml")
 
@@ -75,7 +76,7 @@ def archive(run: Path, dest: Path) -> None:
     """Copy the files the table and its provenance need into `dest`."""
     dest.mkdir(parents=True, exist_ok=True)
     for name in ARCHIVED:
-        shutil.copy2(run / name, dest / name)
+        write_atomic(dest / name, (run / name).read_bytes())  # never through a link
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,12 +14,13 @@
 
 Intervals: 95 % Student-t over seeds, n beside each (quotients: geometric mean of per-seed
 quotients, t-interval of their logs). `tests/test_docs_generated.py` regenerates the paragraph
-and compares it with README's block.
+and compares it with README's block. Errors are the package's (`error: <where>: <what>. Fix:
+<how>`, exit 2 for bad input, 130 after Ctrl-C); README is written once, atomically, after the
+whole paragraph is computed, never through a link.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,7 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from nemo_fp8_rl.cli.common import ArgumentParser, invoke  # noqa: E402
 from nemo_fp8_rl.cli.study import blocks  # noqa: E402
+from nemo_fp8_rl.config.safe_files import read_text_bounded  # noqa: E402
+from nemo_fp8_rl.config.user_error import UsageError  # noqa: E402
 from nemo_fp8_rl.study.doc_blocks import write_block  # noqa: E402
 from nemo_fp8_rl.study.dose_report import collect  # noqa: E402
 from nemo_fp8_rl.study.dose_verdict import headline  # noqa: E402
@@ -35,21 +39,38 @@ from nemo_fp8_rl.study.dose_verdict import headline  # noqa: E402
 BEGIN, END = "<!-- evidence:begin -->", "<!-- evidence:end -->"
 DOSE_BEGIN, DOSE_END = "<!-- dose-response:begin -->", "<!-- dose-response:end -->"
 STUDY = ROOT / "docs" / "study"
+PROG = "scripts/readme_evidence.py"
 
 
 def _target(rows: list[dict], starts: str, holds: str = ""):
-    (row,) = [r for r in rows if r["what"].startswith(starts) and holds in r["what"]]
-    return row["interval"]
+    """The interval of the one target row whose name starts with `starts` and holds `holds`."""
+    found = [r for r in rows if r["what"].startswith(starts) and holds in r["what"]]
+    if len(found) != 1:
+        raise UsageError(
+            STUDY / "runs",
+            f"{len(found)} study targets named {starts!r}{f' ({holds})' if holds else ''}, "
+            "expected one",
+            "regenerate the study report (python -m nemo_fp8_rl.study --write-docs)",
+        )
+    return found[0]["interval"]
 
 
 def blockwise_default() -> float:
     """FP8 ÷ BF16 share of A<0 tokens whose ratio is below 1 − ε, same tokens, in the tiny
     default (blockwise scaling; one seed, the controlled experiment's first row)."""
-    for line in (STUDY / "mechanism.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row["variant"] == "blockwise (default)":
-            return row["fp8_nominal_lower_frac_neg"] / row["bf16_lower_frac_neg"]
-    raise SystemExit("docs/study/mechanism.jsonl: no 'blockwise (default)' row")
+    path = STUDY / "mechanism.jsonl"
+    for number, line in enumerate(read_text_bounded(path, 2**20, "results file").splitlines()):
+        try:
+            row = json.loads(line)
+            if row["variant"] == "blockwise (default)":
+                return row["fp8_nominal_lower_frac_neg"] / row["bf16_lower_frac_neg"]
+        except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
+            raise UsageError(
+                f"{path}:{number + 1}", f"not a result row ({exc})", "regenerate the file"
+            ) from exc
+    raise UsageError(
+        path, "has no 'blockwise (default)' row", "run scripts/fp8_mechanism.py to regenerate it"
+    )
 
 
 def paragraph() -> str:
@@ -87,7 +108,8 @@ def write(path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    """Print the paragraph, or with --write splice it into README; returns the exit code."""
+    ap = ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     ap.add_argument("--write", type=Path, help="replace the block in this file (README.md)")
     args = ap.parse_args(argv)
     if args.write:
@@ -98,4 +120,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(invoke(main, prog=PROG))

@@ -24,7 +24,6 @@ import argparse
 import gzip
 import math
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,6 +32,7 @@ import numpy as np
 
 from nemo_fp8_rl.analysis.compare import RunSummary, summarize_run
 from nemo_fp8_rl.analysis.rundata import RunData, Series, load_run
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 VARIANTS = (
     ("bf16", "BF16"),
@@ -249,8 +249,8 @@ def _load(folder: Path) -> RunData:
     if not packed.exists():
         return load_run(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copyfile(folder / "recipe.yaml", Path(tmp) / "recipe.yaml")
-        (Path(tmp) / "metrics.jsonl").write_bytes(gzip.decompress(packed.read_bytes()))
+        write_atomic(Path(tmp) / "recipe.yaml", (folder / "recipe.yaml").read_bytes())
+        write_atomic(Path(tmp) / "metrics.jsonl", gzip.decompress(packed.read_bytes()))
         return load_run(Path(tmp), name=folder.name)
 
 
@@ -259,9 +259,9 @@ def archive(run_root: Path, dest: Path) -> None:
     for v, _ in VARIANTS:
         src, out = run_root / f"grpo-tiny-qwen3-cpu-{v}", dest / f"grpo-tiny-qwen3-cpu-{v}"
         out.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(src / "recipe.yaml", out / "recipe.yaml")
+        write_atomic(out / "recipe.yaml", (src / "recipe.yaml").read_bytes())
         data = (src / "metrics.jsonl").read_bytes()
-        (out / "metrics.jsonl.gz").write_bytes(gzip.compress(data, mtime=0))
+        write_atomic(out / "metrics.jsonl.gz", gzip.compress(data, mtime=0))
 
 
 def render(run_root: Path) -> str:
@@ -295,7 +295,7 @@ def write_block(path: Path, block: str) -> None:
     pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
     if len(pattern.findall(text)) != 1:
         raise SystemExit(f"error: {path} must contain {BEGIN} … {END} exactly once")
-    path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text), encoding="utf-8")
+    write_atomic(path, pattern.sub(lambda _: f"{BEGIN}\n{block}\n{END}", text))
 
 
 def missing_runs(run_root: Path) -> list[str]:

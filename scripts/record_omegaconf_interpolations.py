@@ -17,6 +17,8 @@ import json
 import os
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
+
 OUT = Path(__file__).resolve().parents[1] / "tests" / "golden" / "omegaconf_interpolations.json"
 A, B = "/data/a", "/data/b"
 # (id, template, environment)
@@ -98,7 +100,7 @@ def main() -> None:
 
     cases = [{"id": cid, "template": t, "env": env, **resolve(t, env)} for cid, t, env in CASES]
     record = {"omegaconf": omegaconf.__version__, "config": {"x": 1, "u": 3}, "cases": cases}
-    OUT.write_text(json.dumps(record, indent=1) + "\n")
+    write_atomic(OUT, json.dumps(record, indent=1) + "\n")
     print(f"wrote {OUT}: {len(cases)} cases (OmegaConf {omegaconf.__version__})")
 
 

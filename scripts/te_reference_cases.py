@@ -29,7 +29,9 @@ import types
 from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import save
+
+from nemo_fp8_rl.config.safe_files import write_atomic
 
 TE_COMMIT = "d0067d0da6cb01811b8072a7d304f0e00344ce2b"
 OUT = Path(__file__).resolve().parents[1] / "tests" / "data" / "te_fp4_reference.safetensors"
@@ -151,9 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     ref = load_reference(args.te_src)
     tensors = run(ref, cases())
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    save_file(
-        tensors, str(args.out), metadata={"te_commit": TE_COMMIT, "script": Path(__file__).name}
-    )
+    meta = {"te_commit": TE_COMMIT, "script": Path(__file__).name}
+    write_atomic(args.out, save(tensors, metadata=meta))  # never through a link
     print(f"{len(tensors)} tensors from TE {TE_COMMIT[:7]} -> {args.out}")
     return 0
 

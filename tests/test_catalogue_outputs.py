@@ -44,7 +44,9 @@ def complete(argv: list[str]) -> int:
         'printf "%s\\n" "${COMPREPLY[@]}"'
     )
     try:
-        out = subprocess.run(["bash", "-c", program], capture_output=True, text=True, timeout=BOUND_S)
+        out = subprocess.run(
+            ["bash", "-c", program], capture_output=True, text=True, timeout=BOUND_S
+        )
     finally:
         script.unlink()
     print(out.stdout, end="")

@@ -41,7 +41,7 @@ def test_validate_reports_bad_recipe_and_fails(tmp_path, capsys):
     bad.write_text(
         f"defaults: {Path('recipes/tiny/grpo-tiny-qwen3-cpu-fp8.yaml').resolve()}\ngrpo:\n  max_num_step: 3\n"
     )
-    assert recipes_cli.main(["validate", str(bad)]) == 2
+    assert invoke(recipes_cli.main, ["validate", str(bad)]) == 2
     out = capsys.readouterr().out
     assert "grpo.max_num_step: unknown key" in out and "did you mean grpo.max_num_steps?" in out
 

@@ -20,6 +20,7 @@ import yaml
 from nemo_fp8_rl.analysis.compare import TAIL_STEPS, align, compare_runs, speedup
 from nemo_fp8_rl.analysis.recipe_diff import FORCED, diff_configs, group_of, precision_of
 from nemo_fp8_rl.analysis.rundata import RunReadError, load_run, read_event_file, read_jsonl
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.compare import main
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger
@@ -237,6 +238,22 @@ def test_verdict_names_gap_speed_and_surge_step(pair):
     assert "0.6 points below BF16" in strict.verdicts[0]
 
 
+def test_a_surge_the_bf16_reference_shows_too_is_not_called_fp8s(tmp_path):
+    """Both runs surge at step 30 (one rule, the z-score detector): the FP8 verdict says BF16
+    has it too, so the surge is not the precision's."""
+    bf16 = write_project_run(
+        tmp_path / "bf16", 40, precision="bf16", acc_final=0.6, step_s=2.0, surge_at=30
+    )
+    fp8 = write_project_run(
+        tmp_path / "fp8", 40, precision="fp8", acc_final=0.6, step_s=2.0, surge_at=30
+    )
+    comparison = compare_runs([load_run(bf16), load_run(fp8)])
+    assert comparison.summaries[0].surge_steps == [30]
+    assert comparison.verdicts[0].endswith(
+        "entropy surge at step 30 (z-score detector), as in bf16 (step 30): not this precision's"
+    )
+
+
 def test_no_surge_and_slower_run(tmp_path):
     a = load_run(write_project_run(tmp_path / "a", 30, precision="bf16", acc_final=0.5, step_s=1.0))
     b = load_run(write_project_run(tmp_path / "b", 30, precision="fp8", acc_final=0.5, step_s=2.0))
@@ -408,7 +425,7 @@ def test_cli_runs_write_report(pair, tmp_path, capsys):
 
 
 def test_cli_errors(pair, tmp_path, capsys):
-    assert main([str(pair[0].path), str(tmp_path / "typo")]) == 2
+    assert invoke(main, [str(pair[0].path), str(tmp_path / "typo")]) == 2
     assert (
         "typo: neither a run (no such directory or metrics file) nor a recipe"
         in capsys.readouterr().err

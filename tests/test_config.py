@@ -27,7 +27,7 @@ def bad(tmp_path: Path, parent: Path, body: str) -> list[str]:
     path = write(tmp_path, "bad.yaml", f"defaults: {parent}\n{body}")
     with pytest.raises(RecipeError) as info:
         load_recipe(path)
-    assert all(i.source != "?" for i in info.value.issues)
+    assert all(i.file != "?" for i in info.value.issues)
     return [str(i) for i in info.value.issues]
 
 

@@ -173,11 +173,13 @@ def test_summary_and_compare_report_each_runs_health_and_the_bf16_floor(tmp_path
         (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         runs[variant] = run
     records = [json.loads(x) for x in (runs["fp8"] / "metrics.jsonl").read_text().splitlines()]
-    assert "UNHEALTHY (1 event(s))" in health_line(runs["fp8"], records)
-    assert health_line(runs["bf16"], []).startswith("health (bf16): healthy")
+    line = health_line(runs["fp8"], records)
+    assert "UNHEALTHY (2 statistic(s) out of range)" in line  # median 1.3 and share 1.0
+    assert "token_mult_prob_error median 1.3 (OUT < 1.1)" in line
+    assert health_line(runs["bf16"], []).startswith("health (bf16, over all steps): healthy")
     comparison = compare_runs([load_run(runs["bf16"]), load_run(runs["fp8"])])
     bf16_notes, fp8_notes = (s.notes for s in comparison.summaries)
-    assert any(n.startswith("health (bf16): healthy") for n in bf16_notes)
+    assert any(n.startswith("health (bf16, over all steps): healthy") for n in bf16_notes)
     assert any("UNHEALTHY" in n for n in fp8_notes)
     floor = next(n for n in fp8_notes if n.startswith("BF16 control"))
     assert "token_mult_prob_error median 1.3 vs control floor 1.004" in floor
@@ -214,3 +216,63 @@ def test_embedded_engine_flags_a_real_run_outside_the_range(tmp_path, capsys):
         events and events[0]["event"]["metric"] == "train/gen_kl_error" and events[0]["step"] <= 14
     )
     assert "health (fp8): UNHEALTHY" in capsys.readouterr().out
+
+
+# ---- the run's verdict is the statistics it prints ---------------------------------------------
+
+
+def _run(kl: list[float], tmpe: float = 1.01) -> list[dict[str, Any]]:
+    return [{"step": s, TMPE: tmpe, "train/gen_kl_error": v} for s, v in enumerate(kl, 1)]
+
+
+def test_a_transient_window_is_an_episode_with_its_steps_not_the_verdict():
+    """150 steps of FP8 gen_kl_error at 0.001 with a 3-step jump to 0.01 at steps 138-140: the
+    5-step median is outside at 140-142 (K = 3: one event at 142), back at 143; the run's median
+    is 0.001, so the run is healthy and the window is listed with its steps."""
+    kl = [0.001] * 150
+    kl[137:140] = [0.01] * 3
+    health = run_health(_run(kl), "fp8", "local")
+    assert health.healthy and health.outside == []
+    assert [(e.first, e.last, e.back) for e in health.episodes] == [(140, 142, 143)]
+    line = health.line()
+    assert line.startswith("health (fp8, over all steps): healthy: ")
+    assert "gen_kl_error median 0.001 (OK < 0.004)" in line
+    assert (
+        "1 window outside: gen_kl_error median over 5 steps outside < 0.004 at steps 140-142"
+        in line
+    )
+    assert "back in range at step 143" in line and "UNHEALTHY" not in line
+
+
+def test_the_verdict_is_unhealthy_exactly_when_a_printed_statistic_is_out():
+    """Over many shapes of series, `healthy` is True exactly when every statistic the line prints
+    is OK, and the line says UNHEALTHY exactly when one says OUT."""
+    import random
+
+    rng = random.Random(7)
+    for trial in range(60):
+        level = rng.choice([0.001, 0.003, 0.005, 0.02])
+        kl = [abs(rng.gauss(level, level / 2)) for _ in range(rng.randint(5, 80))]
+        tmpe = rng.choice([1.01, 1.09, 1.2])
+        health = run_health(_run(kl, tmpe), "fp8", "local")
+        line = health.line()
+        stats_ok = all(v is None or not r.outside(v) for r, v in health.stats)
+        assert health.healthy == stats_ok, (trial, line)
+        assert ("UNHEALTHY" in line) == ("(OUT <" in line), (trial, line)
+
+
+def test_causes_are_those_of_the_engine_that_ran():
+    """The embedded engine has no vLLM and no NeMo RL FP8 patches: its events and its unhealthy
+    verdict name only causes that can apply to it; NeMo RL's name NeMo RL's."""
+    series = [1.004] * 20 + [1.3] * 15
+    local = HealthMonitor("fp8", engine="local")
+    nemo = HealthMonitor("fp8", engine="nemo")
+    local_events = [e for s, v in enumerate(series, 1) for e in local.observe(s, {TMPE: v})]
+    nemo_events = [e for s, v in enumerate(series, 1) for e in nemo.observe(s, {TMPE: v})]
+    assert local_events and nemo_events
+    assert all("NeMo RL's FP8 patches" not in c for e in local_events for c in e.causes)
+    assert all("scale formats mixed" not in c for e in local_events for c in e.causes)
+    assert any("emulated format's own rounding" in c for c in local_events[0].causes)
+    assert any("NeMo RL's FP8 patches" in c for c in nemo_events[0].causes)
+    line = run_health(_run([0.001] * 35, 1.3), "fp8", "local").line()
+    assert "UNHEALTHY" in line and "likely causes: " in line and "NeMo RL" not in line

@@ -379,3 +379,49 @@ def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_
     assert "fail  scale-format" in err and "scale-format/fp32-on-blackwell" in err
     assert "not submitted: the guard rails found 2 problem(s)" in err
     assert not (tmp_path / "run" / "slurm").exists()
+
+
+# ---- no silent skip ---------------------------------------------------------------------------
+def test_an_unnamed_gpu_is_assumed_from_the_family_the_recipe_declares():
+    """A Hopper-only recipe is checked for the H100 (the smallest Hopper GPU) when nothing
+    names the workers' GPU, and says so; the memory-doomed variant is refused there."""
+    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    rep = report(QWEN8, doomed)
+    assert only_refused_by(rep, "memory") == ["memory/capacity"]
+    note = rep.result("memory").note
+    assert note.startswith("H100 (assumed: the recipe is Hopper-only") and "--gpu" in note
+    assert rep.result("scale-format").note.startswith("workers: H100 (assumed:")
+    mx = report("qwen3-8b-base/grpo-qwen3-8b-base-2n4g-fp8-mxfp8")
+    assert "B200 (assumed: the recipe is Blackwell-only" in mx.result("memory").note
+    assert not rep.not_run and not mx.not_run
+
+
+def test_a_recipe_declaring_no_family_names_the_checks_not_run_and_the_flags():
+    rep = report("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-bf16")
+    assert rep.not_run.startswith("not run for the workers' GPU") and "memory" in rep.not_run
+    for gpu in ("H100", "H200", "B200", "GB200"):
+        assert f"--gpu {gpu}" in rep.not_run
+    assert rep.not_run in rep.render()
+    assert not report("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-bf16", gpu="H100").not_run
+
+
+def test_dry_runs_refuse_a_hopper_recipe_for_blackwell_workers_as_submit_does(tmp_path, capsys):
+    """`train --dry-run` and `submit --dry-run` without NeMo RL run the checks that need only
+    the recipe and config.json, and refuse what the real submission refuses (exit 2)."""
+    from nemo_fp8_rl.cli import submit, train
+    from nemo_fp8_rl.cli.common import invoke
+    from nemo_fp8_rl.engines.nemo import available
+
+    if available()[0]:
+        pytest.skip("NeMo RL is importable here: the dry runs run the full checks")
+    name = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8"
+    assert invoke(train.main, ["--recipe", name, "--dry-run", "--gpu", "B200"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("scale-format/fp32-on-blackwell") == 1 and "refused (dry run)" in err
+    assert "fp8-active: not run: it reads NeMo RL's" in err and "--preflight" in err
+    sub = ["--recipe", name, "--gpu", "B200", "--account", "a", "--partition", "p", "--dry-run"]
+    assert invoke(submit.main, [*sub, "--run-dir", str(tmp_path / "r")]) == 2
+    captured = capsys.readouterr()
+    assert "#SBATCH" not in captured.out and "scale-format/deepgemm-on-blackwell" in captured.err
+    assert invoke(train.main, ["--recipe", name, "--dry-run"]) == 3  # H100 assumed: valid
+    assert "H100 (assumed:" in capsys.readouterr().err

@@ -31,7 +31,7 @@ def test_mxfp8_is_refused_on_hopper_and_runs_on_blackwell():
         "policy.megatron_cfg.fp8_cfg.fp8_recipe",
     ]
     (issue, _) = gpu_precision_issues(cfg, H100, "NVIDIA H100 (9.0)")
-    assert "needs a Blackwell GPU" in issue.problem and "NVIDIA H100 (9.0)" in issue.problem
+    assert "needs a Blackwell GPU" in issue.what and "NVIDIA H100 (9.0)" in issue.what
     assert _keys(cfg, B200) == []
 
 

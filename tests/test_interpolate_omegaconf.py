@@ -32,7 +32,7 @@ def ours(template: str, env: dict[str, str], monkeypatch) -> dict[str, object]:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     resolved, issues = resolve_all({**RECORD["config"], "t": template}, env=True)
-    return {"error": issues[0].problem} if issues else {"value": resolved["t"]}
+    return {"error": issues[0].what} if issues else {"value": resolved["t"]}
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -81,5 +81,5 @@ def test_environment_value_is_never_parsed_again(monkeypatch) -> None:
 
 def test_oc_env_is_read_only_on_import() -> None:
     _, issues = resolve_all({"t": "${oc.env:HOME}"})
-    assert "unknown resolver 'oc.env'" in issues[0].problem
+    assert "unknown resolver 'oc.env'" in issues[0].what
     assert "read when a NeMo RL config is imported" in issues[0].fix

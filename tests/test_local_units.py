@@ -281,4 +281,4 @@ def test_trainer_quantized_refit_loads_for_nemo_rl_and_the_embedded_engine_refus
     with pytest.raises(RecipeError) as err:
         precision.check_cpu_support(cfg, "tiny")
     (issue,) = [i for i in err.value.issues if i.key == "refit.quantize_on"]
-    assert "--engine nemo" in issue.fix and "refit.bridge" in issue.problem
+    assert "--engine nemo" in issue.fix and "refit.bridge" in issue.what

@@ -30,6 +30,8 @@ from test_nemo_cpu_generation_worker import (  # noqa: F401 (fixtures)
     served_state,
 )
 
+from nemo_fp8_rl.refit.errors import RefitMismatch
+
 pytestmark = [
     pytest.mark.nemo_rl,
     pytest.mark.skipif(_skip_reason() is not None, reason=str(_skip_reason())),
@@ -97,7 +99,7 @@ def test_mismatched_refit_metadata_is_refused_before_any_weight_moves(
     bad = metadata(stream)
     bad["model.layers.1.mlp.up_proj.weight"] = (torch.Size([321, 192]), torch.bfloat16)
     bad.pop("model.norm.weight")
-    with pytest.raises(nemo.served.ServedWeightError, match="no weight was changed") as err:
+    with pytest.raises(RefitMismatch, match="no weight was loaded") as err:
         worker.prepare_refit_info(bad)
     assert "model.layers.1.mlp.up_proj.weight: shape [321, 192]" in str(err.value)
     assert "model.norm.weight: the served model holds it" in str(err.value)

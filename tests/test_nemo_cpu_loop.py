@@ -107,7 +107,7 @@ def test_the_guard_rails_count_the_served_layers_and_judge_the_health(five_steps
             assert re.search(r": 2 bf16, \d+ fp8-block;", line), line
         else:
             assert "bf16" not in line
-    assert "health (fp8):" in out
+    assert "health (fp8, over all steps):" in out
 
 
 def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) -> None:

@@ -130,7 +130,7 @@ def test_every_grpo_config_imports_with_its_keys(tmp_path):
     assert lost == []
     for name, issues in refused.items():
         assert {i.key for i in issues} <= NEMO_RL_ASSERTS, (name, [str(i) for i in issues])
-        assert all(str(Path(str(SRC)).resolve()) in i.source for i in issues), name
+        assert all(str(Path(str(SRC)).resolve()) in i.file for i in issues), name
     assert len(refused) <= 3, sorted(refused)
     print(f"\n{len(configs) - len(refused)} of {len(configs)} imported; refused: {sorted(refused)}")
 
@@ -149,7 +149,7 @@ def test_every_fp8_variant_is_written_or_refused_with_its_reason(tmp_path, varia
             written += 1
             continue
         assert issues and {i.key for i in issues} <= FP8_REASONS | NEMO_RL_ASSERTS, path.name
-        assert all(i.source not in ("", "?") for i in issues), path.name
+        assert all(i.file not in ("", "?") for i in issues), path.name
         for issue in issues:
             reasons[issue.key] = reasons.get(issue.key, 0) + 1
     assert written >= 5

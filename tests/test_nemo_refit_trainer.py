@@ -248,19 +248,19 @@ def payload_variants(stream: list[tuple[str, torch.Tensor]]) -> dict[str, list]:
     ],
 )
 def test_mismatched_payload_leaves_the_model_untouched(nemo: Any, case: str) -> None:
-    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.refit.errors import RefitMismatch
 
     bad = payload_variants(trainer_stream(bf16_export()))[case]
     model = nemo.stand_in.RecordingModel(FP8_LAYERS)
     ext = extension(nemo, model)
-    with pytest.raises(RefitPayloadError, match="no weight was loaded"):
+    with pytest.raises(RefitMismatch, match="no weight was loaded"):
         ext.prepare_refit_info(metadata(bad))
     assert model.calls == []
     assert not hasattr(ext, "state_dict_info")
 
 
 def test_chunk_that_differs_from_the_metadata_is_refused_before_loading(nemo: Any) -> None:
-    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.refit.errors import RefitMismatch
 
     stream = trainer_stream(bf16_export())
     model = nemo.stand_in.RecordingModel(FP8_LAYERS)
@@ -268,18 +268,18 @@ def test_chunk_that_differs_from_the_metadata_is_refused_before_loading(nemo: An
     ext.prepare_refit_info(metadata(stream))
     q = "model.layers.2.mlp.up_proj.weight"
     chunk = [(n, t.to(torch.bfloat16) if n == q else t) for n, t in stream]
-    with pytest.raises(RefitPayloadError, match=q):
+    with pytest.raises(RefitMismatch, match=q):
         ext._load_weights(chunk)
     assert model.calls == []
 
 
 def test_bf16_vllm_refuses_the_fp8_metadata(nemo: Any) -> None:
-    from nemo_fp8_rl.engines.nemo.worker.vllm_refit import RefitPayloadError
+    from nemo_fp8_rl.refit.errors import RefitMismatch
 
     stream = trainer_stream(bf16_export())
     ext = extension(nemo, nemo.stand_in.RecordingModel(FP8_LAYERS))
     ext.model_runner = nemo.stand_in.StandInModelRunner(ext.model_runner.model, fp8=False)
-    with pytest.raises(RefitPayloadError, match="without FP8 weights"):
+    with pytest.raises(RefitMismatch, match="without FP8 weights"):
         ext.prepare_refit_info(metadata(stream))
 
 

@@ -24,7 +24,8 @@ RAY_LINE = (
 def child(tmp_path: Path, fails: int, mark: bool = True) -> list[str]:
     """A command that ends like Ray's failed registration for its first `fails` runs."""
     script = tmp_path / "child.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import pathlib, sys
         runs = pathlib.Path({str(tmp_path / "runs")!r})
         n = len(runs.read_text()) if runs.exists() else 0
@@ -34,7 +35,8 @@ def child(tmp_path: Path, fails: int, mark: bool = True) -> list[str]:
             print({RAY_LINE if mark else "some other failure"!r}, file=sys.stderr, flush=True)
             sys.exit(1)
         print("child stderr line", file=sys.stderr, flush=True)
-    """))
+    """)
+    )
     return [sys.executable, str(script)]
 
 
@@ -77,12 +79,14 @@ def test_sigterm_to_the_supervisor_reaches_the_training_process(tmp_path):
     """`kill` on `nemo_fp8_rl.train` ends the training process as before (exit 130 here)."""
     started = tmp_path / "started"
     trainer = tmp_path / "trainer.py"
-    trainer.write_text(textwrap.dedent(f"""
+    trainer.write_text(
+        textwrap.dedent(f"""
         import pathlib, signal, sys, time
         signal.signal(signal.SIGTERM, lambda *a: sys.exit(130))
         pathlib.Path({str(started)!r}).write_text("up")
         time.sleep(600)
-    """))
+    """)
+    )
     wrapper = (
         "import sys; from nemo_fp8_rl.runs.ray_exit import supervise; "
         f"sys.exit(supervise([sys.executable, {str(trainer)!r}]))"

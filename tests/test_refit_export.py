@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.refit import main
 from nemo_fp8_rl.fp8 import FP8Spec, dequantize, fake_quantize
 
@@ -127,7 +128,7 @@ def test_channel_and_misaligned_exports(tmp_path: Path) -> None:
 
 def test_export_errors_are_clear(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "empty").mkdir()
-    assert main(["export", str(tmp_path / "empty"), str(tmp_path / "out")]) == 2
+    assert invoke(main, ["export", str(tmp_path / "empty"), str(tmp_path / "out")]) == 2
     assert "no config.json" in capsys.readouterr().err
 
 

@@ -31,8 +31,8 @@ def test_bf16_rollout_is_refused_with_the_key_and_file(tmp_path: Path) -> None:
         load_recipe(with_overlay(tmp_path, BF16))
     (issue,) = err.value.issues
     assert issue.key == "policy.generation.vllm_cfg.precision"
-    assert "nothing to quantize" in issue.problem and "quantize_on: generator" in issue.fix
-    assert issue.source.endswith("grpo.yaml")
+    assert "nothing to quantize" in issue.what and "quantize_on: generator" in issue.fix
+    assert issue.file.endswith("grpo.yaml")
 
 
 @pytest.mark.parametrize(
@@ -61,9 +61,9 @@ def test_unsupported_combinations_are_refused(
 ) -> None:
     with pytest.raises(RecipeError) as err:
         load_recipe(with_overlay(tmp_path, FP8), [override])
-    issues = [i for i in err.value.issues if "quantize_on: trainer" in i.problem]
+    issues = [i for i in err.value.issues if "quantize_on: trainer" in i.what]
     assert [i.key for i in issues] == [key]
-    assert says in issues[0].problem and issues[0].source == "override"
+    assert says in issues[0].what and issues[0].file == "override"
 
 
 def test_generator_accepts_what_trainer_refuses() -> None:

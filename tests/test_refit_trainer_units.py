@@ -20,11 +20,11 @@ from nemo_fp8_rl.engines.nemo.driver.worker_env import (
 )
 from nemo_fp8_rl.engines.nemo.worker.trainer_refit import QuantizeOnTrainer
 from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
-    RefitPayloadError,
     check_chunk,
     check_refit_info,
     scale_shape,
 )
+from nemo_fp8_rl.refit.errors import RefitMismatch
 
 FP8, F32, BF16 = torch.float8_e4m3fn, torch.float32, torch.bfloat16
 Q = "model.layers.0.self_attn.q_proj.weight"
@@ -110,18 +110,18 @@ def test_bad_metadata_is_refused(edit: dict, says: str | None) -> None:
         if value is not None:
             info[name] = value
     slabs_fp8 = lambda n: holds_fp8(n) or n.endswith("experts.gate_up_proj")  # noqa: E731
-    with pytest.raises(RefitPayloadError) as err:
+    with pytest.raises(RefitMismatch) as err:
         check_refit_info(info, slabs_fp8)
     assert (says or "unexpanded") in str(err.value)
-    assert str(err.value).startswith("error: prepare_refit_info:") and "Fix:" in str(err.value)
+    assert str(err.value).startswith("prepare_refit_info:") and "Fix:" in str(err.value)
 
 
 def test_chunk_must_match_the_metadata() -> None:
     info = good()
     check_chunk([(Q, torch.zeros(300, 200, dtype=FP8))], info)
-    with pytest.raises(RefitPayloadError, match="announced"):
+    with pytest.raises(RefitMismatch, match="announced"):
         check_chunk([(Q, torch.zeros(300, 200, dtype=BF16))], info)
-    with pytest.raises(RefitPayloadError, match="not in the refit metadata"):
+    with pytest.raises(RefitMismatch, match="not in the refit metadata"):
         check_chunk([("model.other.weight", torch.zeros(1))], info)
 
 

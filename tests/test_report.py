@@ -123,7 +123,8 @@ def test_markdown_reports_notes_missing_metrics_and_verdict(comparison):
     assert (
         # mean over the common validations 10-30: 0.6*20/30 - 0.6*20/40 = 10 points
         "- fp8 (FP8): 10.0 points above BF16 (mean validation accuracy after step 0, scored in "
-        "rollout precision, step 30), 1.33x faster, entropy surge at step 20 (z-score detector)" in md
+        "rollout precision, step 30), 1.33x faster, entropy surge at step 20 (z-score detector)"
+        in md
     )
     assert "incomplete, last step 30 of 40" in md
     assert "last line 31 is not valid JSON (a run still writing it?)" in md

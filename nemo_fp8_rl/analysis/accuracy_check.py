@@ -18,6 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nemo_fp8_rl.analysis.rundata import RunData
+from nemo_fp8_rl.config.user_error import render
 
 SHOWN = 3  # bad points named in a note
 
@@ -34,10 +35,11 @@ def nonfinite_reason(run: RunData, metric: str) -> str | None:
         f"{float(series.values[i])} at step {int(series.steps[i])}" for i in bad[:SHOWN]
     )
     more = f" and {bad.size - SHOWN} more" if bad.size > SHOWN else ""
-    return (
-        f"{run.name} ({run.path}): {found} is {shown}{more}, not an accuracy in [0, 1]; this run "
-        "is left out of the accuracy comparison, which goes on over the other runs without "
-        "switching metric. Fix: repair or rerun that run's validation"
+    return render(
+        f"{run.name} ({run.path})",
+        f"{found} is {shown}{more}, not an accuracy in [0, 1]; this run is left out of the "
+        "accuracy comparison, which goes on over the other runs without switching metric",
+        "repair or rerun that run's validation",
     )
 
 

@@ -11,7 +11,7 @@ Everything here is plain data and numpy: rendering lives in `nemo_fp8_rl.analysi
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -100,6 +100,7 @@ class RunSummary:
     surge_step: int | None
     missing: list[str]
     notes: list[str]
+    surge_steps: list[int] = field(default_factory=list)  # every onset (z-score detector)
 
 
 @dataclass
@@ -149,7 +150,15 @@ def summarize_run(run: RunData) -> RunSummary:
         notes.append(f"entropy surges began at steps {', '.join(map(str, onsets))}")
     surge = onsets[0] if onsets else None
     return RunSummary(
-        run.name, precision_of(run.config), run.last_step, values, best_step, surge, missing, notes
+        run.name,
+        precision_of(run.config),
+        run.last_step,
+        values,
+        best_step,
+        surge,
+        missing,
+        notes,
+        onsets,
     )
 
 
@@ -314,13 +323,24 @@ def verdict(
         pace_text = f"speed unknown ({no_speed})"
     else:
         pace_text = f"{speed:.2f}x faster" if speed >= 1.0 else f"{1.0 / speed:.2f}x slower"
+    return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace_text}, {surge_text(reference, summary)}"
+
+
+SAME_ONSET_STEPS = 2  # a reference onset this close to the run's is the same event
+
+
+def surge_text(reference: RunSummary, summary: RunSummary) -> str:
+    """The run's first entropy surge onset (z-score detector), and whether the reference run
+    has one within `SAME_ONSET_STEPS` steps of it (then it is not the run's precision's doing)."""
     if "train/entropy" in summary.missing:
-        health = "entropy not logged"
-    elif summary.surge_step is None:
-        health = "no entropy surge (z-score detector)"
-    else:
-        health = f"entropy surge at step {summary.surge_step} (z-score detector)"
-    return f"{summary.name} ({summary.precision.upper()}): {accuracy}, {pace_text}, {health}"
+        return "entropy not logged"
+    if summary.surge_step is None:
+        return "no entropy surge (z-score detector)"
+    text = f"entropy surge at step {summary.surge_step} (z-score detector)"
+    near = [s for s in reference.surge_steps if abs(s - summary.surge_step) <= SAME_ONSET_STEPS]
+    if near:
+        text += f", as in {reference.name} (step {near[0]}): not this precision's"
+    return text
 
 
 def _reference_index(summaries: Sequence[RunSummary]) -> int:

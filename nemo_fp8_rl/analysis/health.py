@@ -1,8 +1,9 @@
 """Each compared run's health, and a BF16 control's own floor beside the FP8 runs.
 
 The health line judges the run against `guards/health_ranges.yaml` for its precision (from its
-saved recipe; without one, BF16 or FP8 as the comparison names it) and counts the health events
-its `metrics.jsonl` recorded. A BF16 control's mismatch is a floor, not zero: kernel choices
+saved recipe; without one, BF16 or FP8 as the comparison names it): the verdict is its
+statistics over all steps, and the windows that left the range are listed with their steps
+(`guards.health.run_health`). A BF16 control's mismatch is a floor, not zero: kernel choices
 alone moved Megatron's BF16 `token_mult_prob_error` median to 38,565 until RoPE and
 bias-activation fusion were disabled (NVIDIA-NeMo/RL#1801), so each FP8 run's medians are shown
 next to the control's, with the excess, and its lower-clip share over the control's against
@@ -55,7 +56,11 @@ def health_notes(
     """Per run, the notes to show: its health line, and for an FP8 run the BF16 control's floor."""
     records = [run_records(r) for r in runs]
     classes = [_precision(r, p) for r, p in zip(runs, precisions, strict=True)]
-    out = [[run_health(rec, cls).line()] for rec, cls in zip(records, classes, strict=True)]
+    engines = [(r.environment or {}).get("engine") for r in runs]
+    out = [
+        [run_health(rec, cls, engine).line()]
+        for rec, cls, engine in zip(records, classes, engines, strict=True)
+    ]
     control = reference if classes[reference] == "bf16" else None
     if control is None:
         return out

@@ -178,7 +178,9 @@ def save_pngs(figures: Mapping[str, Any], out_dir: Path) -> dict[str, Path]:
         if fig is not None:
             path = out_dir / f"{name}.png"
             buffer = io.BytesIO()  # rendered here, written by the one safe writer
-            fig.savefig(buffer, format="png", pil_kwargs={"compress_level": 3})
+            fig.savefig(
+                buffer, format="png", pil_kwargs={"compress_level": 3}
+            )  # safe-write: buffer
             write_atomic(path, buffer.getvalue())
             written[name] = path
     return written

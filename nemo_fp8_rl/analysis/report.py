@@ -38,9 +38,10 @@ from nemo_fp8_rl.runs import scores
 
 MISSING = "-"
 SURGE_NOTE = (
-    f"Entropy surge: {RULE} (nemo_fp8_rl/analysis/surge.py). The CPU study and the note at the "
-    "end of an embedded run report another statistic, the largest rise above the trailing "
-    "20-step minimum against 0.1 nats; the two rules can disagree."
+    f"Entropy surge: {RULE} (nemo_fp8_rl/analysis/surge.py), the rule of this report and of the "
+    "note at the end of an embedded run. The CPU studies' entropy endpoint is another statistic, "
+    "the largest rise above the trailing 20-step minimum, judged over seeds against a threshold "
+    "of their own (docs/study/)."
 )
 
 

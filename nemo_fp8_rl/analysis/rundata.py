@@ -31,7 +31,9 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import scores
+from nemo_fp8_rl.runs.rundir import read_environment
 
 JSONL_NAME = "metrics.jsonl"
 RECIPE_NAME = "recipe.yaml"
@@ -56,7 +58,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
 Rows = dict[int, dict[str, float]]
 
 
-class RunReadError(ValueError):
+class RunReadError(UsageError, ValueError):
     """A path given as a run holds no readable metrics."""
 
 
@@ -86,6 +88,7 @@ class RunData:
     sources: list[Path]
     config: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    environment: dict[str, Any] | None = None  # the run's environment.json, when readable
 
     def get(self, metric: str) -> Series | None:
         """The metric's series, or None when this run never logged it."""
@@ -263,7 +266,7 @@ def _read_config(root: Path) -> tuple[dict[str, Any] | None, list[str]]:
     try:
         config = load_yaml_file(path)
     except RecipeError as exc:
-        return None, [f"{path}: not a readable recipe, ignored ({exc.issues[0].problem})"]
+        return None, [f"{path}: not a readable recipe, ignored ({exc.issues[0].what})"]
     if not isinstance(config, dict):
         return None, [f"{path}: not a mapping, recipe ignored"]
     return config, []
@@ -292,12 +295,13 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     """
     path = Path(path)
     if not path.exists():
-        raise RunReadError(f"run {path}: no such file or directory. Fix: check the path")
+        raise RunReadError(f"run {path}", "no such file or directory", "check the path")
     root, jsonl_files, event_files = _sources(path)
     if not jsonl_files and not event_files:
         raise RunReadError(
-            f"run {path}: found neither {JSONL_NAME} nor TensorBoard event files "
-            f"({EVENT_GLOB}) below it. Fix: pass a run directory (runs/<name>) or a NeMo RL log_dir"
+            f"run {path}",
+            f"found neither {JSONL_NAME} nor TensorBoard event files ({EVENT_GLOB}) below it",
+            "pass a run directory (runs/<name>) or a NeMo RL log_dir",
         )
     notes: list[str] = []
     parts: list[Rows] = []
@@ -318,13 +322,15 @@ def load_run(path: str | Path, name: str | None = None) -> RunData:
     metrics = rows_to_series(merge_rows(parts))
     if not metrics:
         raise RunReadError(
-            f"run {path}: {', '.join(map(str, jsonl_files + event_files))} hold no metrics. "
-            "Fix: pass a run that has logged at least one step"
+            f"run {path}",
+            f"{', '.join(map(str, jsonl_files + event_files))} hold no metrics",
+            "pass a run that has logged at least one step",
         )
     config, config_notes = _read_config(root)
     run = RunData(
         name or root.name, root, metrics, jsonl_files + event_files, config, notes + config_notes
     )
+    run.environment = read_environment(root)
     _note_progress(run)
     note = non_finite_note(run)
     if note:

@@ -1,9 +1,10 @@
 """Entropy-surge detection, online (during training) and offline (over logged metrics).
 
-`compare` calls a step a surge onset by this detector's rule (a rolling z-score, `RULE`). The
-CPU study and the note at the end of an embedded run report another statistic, the largest rise
-of the entropy above its trailing minimum against a fixed threshold (`study/endpoints.yaml`):
-the two measure different things and can disagree, so each output names its rule.
+The one rule a run's entropy surge is called by (a rolling z-score, `RULE`): `compare`, its
+report and the note at the end of an embedded run. The CPU studies' entropy endpoint is another
+statistic, named as such ("largest entropy rise" above the trailing minimum, judged over seeds
+against the study's own threshold, `study/endpoints.yaml`); the two measure different things and
+can disagree, so each output names its rule.
 
 Standard library only, so the comparison tool can use it without importing torch.
 """

@@ -11,7 +11,7 @@ import sys
 
 from nemo_fp8_rl.cli.common import invoke
 from nemo_fp8_rl.cli.usage import version
-from nemo_fp8_rl.config.user_error import USAGE
+from nemo_fp8_rl.config.user_error import USAGE, UsageError
 
 COMMANDS: dict[str, str] = {
     "train": "train a recipe (embedded CPU engine or NeMo RL)",
@@ -50,11 +50,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
-        print(
-            f"error: python -m nemo_fp8_rl: unknown command {name!r}. Fix: give one of "
-            f"{', '.join(COMMANDS)} (python -m nemo_fp8_rl --help lists them)",
-            file=sys.stderr,
+        unknown = UsageError(
+            "python -m nemo_fp8_rl",
+            f"unknown command {name!r}",
+            f"give one of {', '.join(COMMANDS)} (python -m nemo_fp8_rl --help lists them)",
         )
+        print(f"error: {unknown}", file=sys.stderr)
         return USAGE
     module = importlib.import_module(f"nemo_fp8_rl.cli.{name}")
     return invoke(module.main, rest, prog=f"nemo_fp8_rl.{name}")

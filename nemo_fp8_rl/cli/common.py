@@ -14,14 +14,16 @@ import argparse
 import math
 import os
 import select
+import signal
 import sys
 import textwrap
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
 
 from nemo_fp8_rl.cli.usage import epilog, version
-from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError, shown
+from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UsageError, UserError, shown
 
 REPORT_TO = "the nemo-fp8-rl issue tracker"
 
@@ -84,7 +86,8 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
-        self.exit(USAGE, f"error: {self.prog}: {message}. Fix: see `{self.prog} --help`.\n")
+        refused = UsageError(self.prog, message, f"see `{self.prog} --help`")
+        self.exit(USAGE, f"error: {refused}\n")
 
 
 class SubcommandParser(ArgumentParser):
@@ -162,35 +165,23 @@ def gpu_overrides(args: argparse.Namespace) -> list[str]:
     return [f"slurm.gpu={gpu}"] if gpu else []
 
 
-def _known(exc: BaseException) -> tuple[int, str] | None:
-    """(exit code, message) for the failures a user can cause; None for an internal error."""
-    from nemo_fp8_rl.config import RecipeError
-
+def as_user_error(exc: BaseException) -> UserError | None:
+    """`exc` as the user error it is; a file the OS refused or could not decode as one; None
+    for anything else, which is a bug in this project. Every failure a user can cause is a
+    `UserError` (a Ray worker's reaches the driver as Ray's `RayTaskError` subclassing it)."""
+    cause = getattr(exc, "cause", None)  # Ray's RayTaskError holds the worker's own exception
+    if isinstance(cause, UserError):
+        return cause
     if isinstance(exc, UserError):
-        return exc.code, str(exc)
-    if isinstance(exc, RecipeError):
-        return USAGE, str(exc)
-    # Matched by class name, so that reporting an error never imports the module defining it
-    # (the Slurm, refit and engine modules pull in torch or Ray).
-    names = {cls.__name__ for cls in type(exc).__mro__}
-    if names & {
-        "JobSpecError",
-        "RunReadError",
-        "EngineConfigError",
-        "HandoffError",
-        "RefitPlanError",
-        "MappingError",
-        "SeedSpecError",
-    }:
-        return USAGE, str(exc)
-    if names & {"SlurmError", "RefitError"}:
-        return RUNTIME, str(exc)
+        return exc
     if isinstance(exc, UnicodeDecodeError):
-        return RUNTIME, f"input: not a text file ({exc.reason}). Fix: pass a UTF-8 text file."
+        return UserError("input", f"not a text file ({exc.reason})", "pass a UTF-8 text file")
     if isinstance(exc, OSError):
-        where = exc.filename or "file system"
-        what = exc.strerror or str(exc)
-        return RUNTIME, f"{where}: {what}. Fix: check the path, its permissions and free space."
+        return UserError(
+            str(exc.filename or "file system"),
+            exc.strerror or str(exc),
+            "check the path, its permissions and free space",
+        )
     return None
 
 
@@ -218,15 +209,14 @@ def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -
     debug = "--debug" in argv or os.environ.get("NEMO_FP8_RL_DEBUG") == "1"
     argv = [a for a in argv if a != "--debug"]
     prog = prog or getattr(main, "__module__", "nemo_fp8_rl").replace(".cli.", ".")
+    previous = _term_interrupts()
     try:
         return main(argv)
     except SystemExit as exc:  # argparse: usage errors (2) and --help (0)
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else USAGE)
     except KeyboardInterrupt:
-        print(
-            f"error: {prog}: interrupted. Fix: run it again (with --resume to continue a run).",
-            file=sys.stderr,
-        )
+        stopped = UserError(prog, "interrupted", "run it again (with --resume to continue a run)")
+        print(f"error: {stopped}", file=sys.stderr)
         return 130
     except BrokenPipeError as exc:
         if stdout_closed():  # `| head` read what it wanted: not a failure to report
@@ -235,23 +225,42 @@ def invoke(main: Main, argv: list[str] | None = None, prog: str | None = None) -
         return _report(exc, prog, debug)
     except Exception as exc:  # noqa: BLE001 (the one place every failure is reported)
         return _report(exc, prog, debug)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _term_interrupts() -> Any:
+    """Make SIGTERM (`kill`, a scheduler) end the command as Ctrl-C does, so that its clean-up
+    (temporary files and folders, locks) runs on both; returns the previous handler (None off
+    the main thread or where a command set its own, which is kept)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None):
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 def _report(exc: Exception, prog: str, debug: bool) -> int:
     """Print the error line of `exc` (a known failure, else an internal error); its exit code."""
-    known = _known(exc)
+    known = as_user_error(exc)
     if debug:
         traceback.print_exc()
     if known is not None:
-        code, message = known
-        print(f"error: {message}", file=sys.stderr)
-        return code
-    print(
-        f"error: {prog}: internal error ({type(exc).__name__}: {exc}). This is a bug in "
-        f"nemo-fp8-rl, not a problem with your input. Fix: please report it on {report_to()} "
-        "with the command line, its output with --debug and what `nemo_fp8_rl.env` prints.",
-        file=sys.stderr,
+        print(f"error: {known}", file=sys.stderr)
+        return known.code
+    bug = UserError(
+        prog,
+        f"internal error ({type(exc).__name__}: {exc}). This is a bug in nemo-fp8-rl, not a "
+        "problem with your input",
+        f"please report it on {report_to()} with the command line, its output with --debug and "
+        "what `nemo_fp8_rl.env` prints",
     )
+    print(f"error: {bug}", file=sys.stderr)
     return RUNTIME
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UsageError
 
 _RUN_FILES = ("metrics.jsonl",)
 DESCRIPTION = """\
@@ -81,22 +82,22 @@ def _unique_names(paths: list[Path]) -> list[str]:
     ]
 
 
-def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> str | None:
-    """A run compared with itself, or an `--out` that is a file: the error line, else None."""
+def _check_inputs(targets: list[str], out: Path | None, is_runs: bool) -> None:
+    """Refuse a run compared with itself, or an `--out` that is a file (`UsageError`)."""
     if out is not None and out.exists() and not out.is_dir():
-        return f"--out {out}: is a file, not a folder. Fix: give a folder for the report"
+        raise UsageError(f"--out {out}", "is a file, not a folder", "give a folder for the report")
     if is_runs:
         seen: dict[Path, str] = {}
         for t in targets:
             key = Path(t).resolve()
             key = key.parent if key.is_file() else key
             if key in seen:
-                return (
-                    f"{t}: is the same run as {seen[key]}, and a run always matches itself. "
-                    "Fix: compare two different runs (e.g. a BF16 and an FP8 run)"
+                raise UsageError(
+                    t,
+                    f"is the same run as {seen[key]}, and a run always matches itself",
+                    "compare two different runs (e.g. a BF16 and an FP8 run)",
                 )
             seen[key] = t
-    return None
 
 
 def compare_recipes(
@@ -237,7 +238,6 @@ def _tolerance(text: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments and compare recipes or runs; returns the exit code."""
     from nemo_fp8_rl.analysis.compare import DEFAULT_TOLERANCE_POINTS
-    from nemo_fp8_rl.analysis.rundata import RunReadError
 
     parser = ArgumentParser(prog="nemo_fp8_rl.compare", description=DESCRIPTION, examples=EXAMPLES)
     parser.add_argument(
@@ -278,12 +278,11 @@ def main(argv: list[str] | None = None) -> int:
 
         close = closest_names(unknown[0])
         hint = f"did you mean the recipe {' or '.join(close)}? Else c" if close else "C"
-        print(
-            f"error: {', '.join(unknown)}: neither a run (no such directory or metrics file) nor a "
-            f"recipe. Fix: {hint}heck the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
-            file=sys.stderr,
+        raise UsageError(
+            ", ".join(unknown),
+            "neither a run (no such directory or metrics file) nor a recipe",
+            f"{hint}heck the path, or pick a recipe from `nemo_fp8_rl.recipes list`",
         )
-        return 2
     if len(set(kinds.values())) > 1:
         runs = [t for t, k in kinds.items() if k == "run"]
         recipes = [t for t, k in kinds.items() if k == "recipe"]
@@ -293,22 +292,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--json goes with runs; recipes are compared as a diff")
     if is_runs and overrides:
         parser.error(f"overrides apply to recipes only; a run's recipe is fixed (got {overrides})")
-    problem = _check_inputs(targets, args.out, is_runs)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    try:
-        if not is_runs:
-            return compare_recipes(targets, overrides, args.out, args.overwrite)
-        plots = not args.no_plots
-        human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-        with human:
-            verdict = compare_run_dirs(
-                targets, args.out, plots, args.tolerance_points, args.overwrite
-            )
-    except (RunReadError, ValueError) as exc:  # RecipeError is a ValueError
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    _check_inputs(targets, args.out, is_runs)
+    if not is_runs:
+        return compare_recipes(targets, overrides, args.out, args.overwrite)
+    plots = not args.no_plots
+    human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with human:
+        verdict = compare_run_dirs(targets, args.out, plots, args.tolerance_points, args.overwrite)
     if args.json:
         from nemo_fp8_rl.analysis.verdict_json import dumps
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config.user_error import UNAVAILABLE, UsageError, UserError
 from nemo_fp8_rl.evals.request import check_request, read_run_config
 from nemo_fp8_rl.evals.results import EvalResult, write_result
 
@@ -142,8 +141,12 @@ def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Pa
 
         usable, why = available()
         if not usable:
-            print(f"error: nemo_fp8_rl.eval: NeMo RL is not usable here: {why}", file=sys.stderr)
-            return 3
+            raise UserError(
+                "nemo_fp8_rl.eval",
+                f"NeMo RL is not usable here: {why}",
+                "run in NeMo RL's environment (scripts/nemo-rl-env.sh builds one)",
+                code=UNAVAILABLE,
+            )
     return 0
 
 
@@ -183,19 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.dry_run:
         return dry_run(args.run, args.checkpoint, args.suite, args.data_dir)
-    try:  # a bad argument or run (UserError) is reported by `invoke`, exit code 2
-        evaluate_run(
-            args.run,
-            args.checkpoint,
-            args.suite,
-            args.data_dir,
-            args.num_problems,
-            args.samples,
-            args.pass_k,
-        )
-    except RuntimeError as exc:  # NemoEvalError: NeMo RL's tools failed or are missing
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    # a bad argument or run (UsageError, exit code 2) or NeMo RL's tools failing or missing
+    # (NemoEvalError, 1) is reported by `invoke`
+    evaluate_run(
+        args.run,
+        args.checkpoint,
+        args.suite,
+        args.data_dir,
+        args.num_problems,
+        args.samples,
+        args.pass_k,
+    )
     return 0
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, resolve_ref, short_name
 from nemo_fp8_rl.config.commands import command
-from nemo_fp8_rl.config.user_error import USAGE, UsageError
+from nemo_fp8_rl.config.user_error import UsageError
 
 DESCRIPTION = """\
 The recipes under recipes/: list them, show one resolved, validate them, or copy one to edit.
@@ -91,13 +91,14 @@ def cmd_list(pattern: str | None = None, as_json: bool = False) -> int:
     else:
         _print_table([COLUMNS, *(row for _, row in rows)])
     for path, exc in invalid:
-        first = f"{exc.issues[0].key}: {exc.issues[0].problem}" if exc.issues else exc
-        print(
-            f"error: {path}: invalid recipe, left out of the list ({first}). Fix: run "
-            f"`nemo_fp8_rl.recipes validate {path}` for every problem, or move the file out of "
-            "recipes/",
-            file=sys.stderr,
+        first = f"{exc.issues[0].key}: {exc.issues[0].what}" if exc.issues else exc
+        left_out = UsageError(
+            str(path),
+            f"invalid recipe, left out of the list ({first})",
+            f"run `nemo_fp8_rl.recipes validate {path}` for every problem, or move the file out "
+            "of recipes/",
         )
+        print(f"error: {left_out}", file=sys.stderr)
     return 1 if invalid else 0
 
 
@@ -122,12 +123,12 @@ def cmd_validate(refs: list[str]) -> int:
             print(f"FAIL  {exc}")
     print(f"{len(paths) - failed} valid, {failed} invalid ({time.perf_counter() - start:.2f} s)")
     if failed:
-        print(
-            f"error: recipes validate: {failed} of {len(paths)} recipe(s) invalid, each listed "
-            "above with its problems. Fix: fix each problem where its line says (file and key)",
-            file=sys.stderr,
+        raise UsageError(
+            "recipes validate",
+            f"{failed} of {len(paths)} recipe(s) invalid, each listed above with its problems",
+            "fix each problem where its line says (file and key)",
         )
-    return USAGE if failed else 0
+    return 0
 
 
 def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: str | None) -> int:

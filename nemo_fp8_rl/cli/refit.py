@@ -91,24 +91,21 @@ def cmd_export(args: argparse.Namespace) -> int:
     """Convert `args.src` into `args.out`; print what was written. The source and the recipe
     are checked before torch and the refit bridge are imported (a wrong path fails at once)."""
     start = time.perf_counter()
-    try:
-        kind, src = classify(Path(args.src))
-        config = _base_config(args)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.code
+    kind, src = classify(Path(args.src))
+    config = _base_config(args)
     from nemo_fp8_rl.refit.export import convert_checkpoint
-    from nemo_fp8_rl.refit.plan import RefitPlanError
 
     try:
         with _hf_source(kind, src, Path(args.out)) as hf:
             plan = convert_checkpoint(hf, args.out, config, shard_bytes=args.shard_size_mb * 2**20)
-    except UserError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.code
-    except (FileNotFoundError, ValueError, RefitPlanError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    except UserError:
+        raise
+    except (FileNotFoundError, ValueError) as exc:  # a file of the source missing or unreadable
+        raise UsageError(
+            str(getattr(exc, "filename", None) or args.src),
+            str(exc),
+            "pass a Hugging Face checkpoint folder (config.json and *.safetensors) or a run",
+        ) from exc
     print(
         f"wrote {args.out}: scheme {plan.scheme} ({plan.scale} scales), {len(plan.fp8_names)} FP8 "
         f"weights, {len(plan.bf16_names)} BF16 tensors, {len(plan.ignored_layers)} ignored layers "

@@ -223,18 +223,10 @@ def _gate_recipe(recipe, partition: str | None):
 
 
 def guard_gate(recipe) -> None:
-    """The guard rails alone (no NeMo RL here: its tree's checks skip, saying so)."""
-    from nemo_fp8_rl.engines.nemo.driver.guard_rails import pre_launch_report
+    """The guard rails alone (no NeMo RL here: its tree's checks say they did not run)."""
+    from nemo_fp8_rl.cli.guard_gate import guard_gate as gate
 
-    report = pre_launch_report(recipe)
-    print(report.render(), file=sys.stderr)
-    if not report.ok:
-        raise UsageError(
-            recipe.name,
-            f"not submitted: the guard rails found {len(report.errors)} problem(s), listed above",
-            "fix each in the recipe (or with an override), or submit without the checks with "
-            "--no-preflight",
-        )
+    gate(recipe, "not submitted", ", or submit without the checks with --no-preflight")
 
 
 def run_submit(args: argparse.Namespace) -> int:
@@ -274,7 +266,10 @@ def run_submit(args: argparse.Namespace) -> int:
             "Ray has room on them",
             file=sys.stderr,
         )
-    if args.dry_run:
+    if args.dry_run:  # refused as the real submission would be, before the script is shown
+        refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
+        if refused is not None:
+            return refused
         sys.stdout.write(script)
         return 0
     if not spec.is_array:  # array tasks' run dirs were checked per seed

@@ -150,7 +150,8 @@ def dry_run(recipe, requested: str, *, resume: bool = False, overwrite: bool = F
     """Print the resolved recipe and the engine that would run it. Where no engine can run it
     here, one line on stderr says so (the recipe is valid; which engine a real run needs; how
     to get it) and the exit code is 3, as the real `train`'s (`recipes validate` is the check
-    that exits 0); where the engine would refuse the recipe (`engines.choose.check_engine`: its
+    that exits 0), after the guard rails that need no NeMo RL (`cli.guard_gate`: exit 2 when
+    they refuse the recipe, as `submit` does); where the engine would refuse the recipe (`engines.choose.check_engine`: its
     rules, hand-set output folders), exit 2 as the real `train` does (the error line on stderr,
     after the YAML, so that it is the last thing a terminal shows)."""
     print(recipe.to_yaml(), end="")
@@ -158,6 +159,10 @@ def dry_run(recipe, requested: str, *, resume: bool = False, overwrite: bool = F
         engine = choose_engine(recipe, requested)
     except EngineUnavailable as exc:
         print(f"# engine: none usable here  run dir: {recipe.run_dir}")
+        if recipe.config["cluster"]["gpus_per_node"] > 0:  # what needs no NeMo RL still runs
+            from nemo_fp8_rl.cli.guard_gate import guard_gate
+
+            guard_gate(recipe, "refused (dry run)", "; then run it where NeMo RL is installed")
         why = exc.what.partition("not usable here: ")[2].split(". ")[0] or exc.what
         where = (
             "in NeMo RL's CPU environment (bash scripts/nemo-rl-env.sh /path/to/nemo-rl -- "

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import sys
 from pathlib import Path
 
 from nemo_fp8_rl.cli.common import SEEDS_SYNTAX
 from nemo_fp8_rl.config.commands import command
 from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.runs.seeds import (
     SEED_KEY,
     SeedSpecError,
@@ -65,7 +65,7 @@ def plan(args: argparse.Namespace) -> tuple[Path, dict[int, list[str]], str]:
 
     seeds = parse_seeds(args.seeds)
     if args.parallel < 1:
-        raise SeedSpecError(f"--parallel {args.parallel}: give 1 or more")
+        raise SeedSpecError(f"--parallel {args.parallel}", "below 1", "give 1 or more")
     check_overrides(args.overrides)
     base = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     group = base.run_dir
@@ -118,10 +118,10 @@ def main_seeds(args: argparse.Namespace) -> int:
     print(f"compare with: {command('compare')} {shlex.quote(str(group))} <other recipe's run dir>")
     failed = [o.seed for o in outcomes if not o.ok]
     if failed:
-        print(
-            f"error: {group}: {len(failed)} of {len(outcomes)} seed(s) failed "
-            f"({', '.join(map(str, failed))}). Fix: read each failed seed's train.log in "
-            f"{group}/seed-<k>/, fix the cause, and train those seeds again",
-            file=sys.stderr,
+        raise UserError(
+            str(group),
+            f"{len(failed)} of {len(outcomes)} seed(s) failed ({', '.join(map(str, failed))})",
+            f"read each failed seed's train.log in {group}/seed-<k>/, fix the cause, and train "
+            "those seeds again",
         )
-    return 1 if failed else 0
+    return 0

@@ -1,6 +1,6 @@
 """Recipes as validated NeMo RL configs: `load_recipe(ref, overrides)` returns a `Recipe`."""
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.recipe import (
     Recipe,
     find_recipes,
@@ -11,7 +11,7 @@ from nemo_fp8_rl.config.recipe import (
 )
 
 __all__ = [
-    "ConfigIssue",
+    "Problem",
     "Recipe",
     "RecipeError",
     "find_recipes",

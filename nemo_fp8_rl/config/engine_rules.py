@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.mlflow_uri import FIX, store_kind
 from nemo_fp8_rl.config.schema import source_of
@@ -76,7 +76,7 @@ def is_async(config: dict) -> bool:
     return bool(_get(config, "grpo.async_grpo.enabled"))
 
 
-def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[Problem]:
     """What NeMo RL refuses for asynchronous GRPO, each with where it refuses and the fix."""
     if not is_async(config):
         return []
@@ -88,7 +88,7 @@ def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         "policy.generation.colocated.enabled": backend == "megatron",
     }
     out = [
-        ConfigIssue(
+        Problem(
             key,
             f"{refused} is refused with grpo.async_grpo.enabled by NeMo RL's {where}",
             fix,
@@ -101,7 +101,7 @@ def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     if not isinstance(age, (int, float)) or age < 1:
         key = "grpo.async_grpo.max_trajectory_age_steps"
         out.append(
-            ConfigIssue(
+            Problem(
                 key,
                 "must be >= 1 for asynchronous GRPO",
                 "set 1 (one step old, NeMo RL's async-1off recipes)",
@@ -111,13 +111,13 @@ def async_grpo_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     return out
 
 
-def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[Problem]:
     """What the NeMo RL engine cannot run, whatever the machine (its GPU checks aside)."""
     out = []
     calibrated = bool(_get(config, "loss_fn.calibration.enabled"))
     if calibrated and not _get(config, "policy.megatron_cfg.enabled"):
         out.append(
-            ConfigIssue(
+            Problem(
                 "loss_fn.calibration.enabled",
                 "needs the Megatron policy (policy.megatron_cfg.enabled: true): the BF16 shadow "
                 "pass switches Megatron-Core's FP8 compute off",
@@ -129,7 +129,7 @@ def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     if calibrated and graphs not in (None, "none"):
         key = "policy.megatron_cfg.cuda_graph_impl"
         out.append(
-            ConfigIssue(
+            Problem(
                 key,
                 f"{graphs} with calibration: captured FP8 graphs would replay during the BF16 "
                 "shadow pass",
@@ -139,7 +139,7 @@ def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         )
     if _get(config, "data_plane.enabled"):
         out.append(
-            ConfigIssue(
+            Problem(
                 "data_plane.enabled",
                 "the NeMo RL engine runs the legacy data path",
                 "set it false",
@@ -148,7 +148,7 @@ def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         )
     if _get(config, "refit.bridge") == "project":
         out.append(
-            ConfigIssue(
+            Problem(
                 "refit.bridge",
                 "project is not available on the NeMo RL engine yet",
                 "use refit.bridge: nemo (NeMo RL's FP8 refit; power-of-2 weight scales via "
@@ -159,17 +159,17 @@ def nemo_engine_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     return out
 
 
-def mlflow_uri_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def mlflow_uri_issues(config: dict, prov: dict[str, str]) -> list[Problem]:
     """A `logger.mlflow.tracking_uri` MLflow cannot use (`mlflow_uri.store_kind`)."""
     uri = _get(config, "logger.mlflow.tracking_uri")
     if not _get(config, "logger.mlflow_enabled") or not isinstance(uri, str) or not uri:
         return []
     _, problem = store_kind(uri)
     key = "logger.mlflow.tracking_uri"
-    return [] if problem is None else [ConfigIssue(key, problem, FIX, source_of(prov, key))]
+    return [] if problem is None else [Problem(key, problem, FIX, source_of(prov, key))]
 
 
-def engine_rules(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def engine_rules(config: dict, prov: dict[str, str]) -> list[Problem]:
     """The rules checked at load (module docstring): async GRPO for every recipe, the NeMo RL
     engine's for GPU recipes, and the MLflow tracking URI's form."""
     out = async_grpo_issues(config, prov) + mlflow_uri_issues(config, prov)

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Sequence
+
+from nemo_fp8_rl.config.user_error import USAGE, Problem, ProblemsError
+
+__all__ = [
+    "Problem",
+    "RecipeError",
+]  # a recipe's problem: key path, what, fix, the file that set it
 
 
-@dataclass(frozen=True)
-class ConfigIssue:
-    """One problem in a resolved recipe: where (key path, file), what is wrong, how to fix it."""
+class RecipeError(ProblemsError, ValueError):
+    """Raised when a recipe cannot be loaded or fails validation; lists every problem found
+    (`recipe <name> has N problem(s):` and one line each, every line with its own fix)."""
 
-    key: str
-    problem: str
-    fix: str
-    source: str = "?"
+    code = USAGE
+    limit = None
 
-    def __str__(self) -> str:
-        return f"{self.source}: {self.key}: {self.problem}. Fix: {self.fix}"
-
-
-class RecipeError(ValueError):
-    """Raised when a recipe cannot be loaded or fails validation; lists every problem found."""
-
-    def __init__(self, recipe: str, issues: list[ConfigIssue]):
+    def __init__(self, recipe: str, issues: Sequence[Problem]) -> None:
         self.recipe = recipe
         self.issues = list(issues)
-        lines = [f"recipe {recipe} has {len(issues)} problem(s):"]
-        lines += [f"  - {issue}" for issue in issues]
-        super().__init__("\n".join(lines))
+        super().__init__("", f"recipe {recipe} has {len(self.issues)} problem(s)", self.issues, "")

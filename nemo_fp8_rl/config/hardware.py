@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 
 Capability = tuple[int, int]
@@ -31,7 +31,7 @@ def _blackwell(cap: Capability) -> bool:
     return cap[0] in (10, 12)
 
 
-def gpu_precision_issues(config: dict, capability: Capability, where: str) -> list[ConfigIssue]:
+def gpu_precision_issues(config: dict, capability: Capability, where: str) -> list[Problem]:
     """Every precision setting of `config` the GPU with `capability` cannot run (empty: fine).
 
     `where` names the device in the messages (e.g. "NVIDIA H100 80GB HBM3 (9.0)").
@@ -42,7 +42,7 @@ def gpu_precision_issues(config: dict, capability: Capability, where: str) -> li
     if (fp8_train or fp8_rollout) and capability < (8, 9):
         key = f"{_FP8}.enabled" if fp8_train else f"{_VLLM}.precision"
         out.append(
-            ConfigIssue(
+            Problem(
                 key,
                 f"FP8 needs compute capability 8.9 or newer; this GPU is {where}",
                 "use a BF16 recipe on this GPU, or run on Hopper or Blackwell",
@@ -51,7 +51,7 @@ def gpu_precision_issues(config: dict, capability: Capability, where: str) -> li
         )
     if fp8_train and _get(config, f"{_FP8}.fp8_recipe") == "mxfp8" and not _blackwell(capability):
         out.append(
-            ConfigIssue(
+            Problem(
                 f"{_FP8}.fp8_recipe",
                 f"MXFP8 training needs a Blackwell GPU (compute capability 10.x/12.x); this GPU is {where}",
                 "use configs/precision/fp8-blockwise.yaml or fp8-tensorwise.yaml on this GPU",
@@ -60,7 +60,7 @@ def gpu_precision_issues(config: dict, capability: Capability, where: str) -> li
         )
     if fp8_rollout and _get(config, f"{_VLLM}.is_mx") and not _blackwell(capability):
         out.append(
-            ConfigIssue(
+            Problem(
                 f"{_VLLM}.is_mx",
                 f"MXFP8 rollout needs a Blackwell GPU (compute capability 10.x/12.x); this GPU is {where}",
                 f"set {_VLLM}.is_mx=false (block-scaled FP8 rollout)",
@@ -76,7 +76,7 @@ def gpu_precision_issues(config: dict, capability: Capability, where: str) -> li
         and _blackwell(capability)
     ):
         out.append(
-            ConfigIssue(
+            Problem(
                 "policy.megatron_cfg.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
                 f"FP32 block scales are Hopper-only; on Blackwell ({where}) block scaling runs on "
                 "MXFP8 kernels, which need power-of-2 scales",

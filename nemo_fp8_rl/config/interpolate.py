@@ -22,7 +22,7 @@ import os
 from functools import reduce
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interp_parse import (
     Arg,
     Call,
@@ -57,10 +57,10 @@ class InterpolationError(Exception):
         self.plain = plain
 
 
-def resolve_all(config: dict, env: bool = False) -> tuple[dict, list[ConfigIssue]]:
+def resolve_all(config: dict, env: bool = False) -> tuple[dict, list[Problem]]:
     """Return a copy of `config` with every interpolation resolved, plus issues for those that
     fail; with `env`, `${oc.env:...}` reads the environment (a NeMo RL config's import)."""
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     out = _walk(config, _Context(config, env), "", issues)
     return out, issues
 
@@ -87,7 +87,7 @@ class _Context:
         self.memo: dict[str, Any] = {}
 
 
-def _walk(node: Any, ctx: _Context, path: str, issues: list[ConfigIssue]) -> Any:
+def _walk(node: Any, ctx: _Context, path: str, issues: list[Problem]) -> Any:
     if isinstance(node, dict):
         return {
             k: _walk(v, ctx, f"{path}.{k}" if path else str(k), issues) for k, v in node.items()
@@ -99,7 +99,7 @@ def _walk(node: Any, ctx: _Context, path: str, issues: list[ConfigIssue]) -> Any
             return _resolve_key(node, ctx, path, ())
         except InterpolationError as exc:
             problem = str(exc) if exc.plain else f"cannot resolve {_short(node)}: {exc}"
-            issues.append(ConfigIssue(path, problem, exc.fix))
+            issues.append(Problem(path, problem, exc.fix))
             return node
     return node
 

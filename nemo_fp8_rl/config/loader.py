@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.locations import resolve_parent
 from nemo_fp8_rl.config.safe_yaml import parse_yaml, read_text
 from nemo_fp8_rl.config.user_error import shown
@@ -54,7 +54,7 @@ def read_yaml(path: Path) -> dict:
     """Read one YAML mapping file (parsed once per file version, returned as a fresh copy)."""
     if not path.exists():
         raise RecipeError(
-            str(path), [ConfigIssue("<file>", "file not found", "check the path", str(path))]
+            str(path), [Problem("<file>", "file not found", "check the path", str(path))]
         )
     if not path.is_file():
         read_text(path)  # refuses a folder, a FIFO or a device, by name
@@ -70,7 +70,7 @@ def _read_cached(path: str, mtime_ns: int, size: int) -> dict:
     if not isinstance(data, dict):
         raise RecipeError(
             path,
-            [ConfigIssue("<file>", "top level is not a mapping", "write `key: value` lines", path)],
+            [Problem("<file>", "top level is not a mapping", "write `key: value` lines", path)],
         )
     return data
 
@@ -150,7 +150,7 @@ def count_load(path: Path, seen: tuple[Path, ...], loads: list[int]) -> None:
     loads[0] += 1
     if loads[0] > MAX_PARENT_LOADS:
         top = seen[0] if seen else path
-        issue = ConfigIssue(
+        issue = Problem(
             "defaults",
             f"defaults resolve more than {MAX_PARENT_LOADS} parent files in all (from "
             f"{top.name}; a file listed repeatedly is resolved each time)",
@@ -163,13 +163,13 @@ def count_load(path: Path, seen: tuple[Path, ...], loads: list[int]) -> None:
         raise RecipeError(
             str(path),
             [
-                ConfigIssue(
+                Problem(
                     "defaults", f"cycle in defaults chain: {chain}", "remove the cycle", str(path)
                 )
             ],
         )
     if len(seen) >= MAX_CHAIN_DEPTH:
-        issue = ConfigIssue(
+        issue = Problem(
             "defaults",
             f"defaults chain deeper than {MAX_CHAIN_DEPTH} files (from {seen[0].name})",
             "point the recipe at configs/ parents directly; a chain is a few files deep",
@@ -185,7 +185,7 @@ def parent_list(parents: Any, path: Path) -> list[str]:
     if isinstance(parents, str):
         parents = [parents]
     if not isinstance(parents, list) or not all(isinstance(p, str) and p for p in parents):
-        issue = ConfigIssue(
+        issue = Problem(
             "defaults",
             f"expected a path or a list of paths, got {parents!r}",
             "write `defaults: ../../configs/base/grpo.yaml` (or a name such as "
@@ -196,7 +196,7 @@ def parent_list(parents: Any, path: Path) -> list[str]:
     return parents
 
 
-def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> list[ConfigIssue]:
+def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> list[Problem]:
     """Apply `dotted.key=value` and `~dotted.key[=value]` overrides in order (values parsed as
     YAML); returns the malformed or impossible ones as issues."""
     issues = []
@@ -242,9 +242,9 @@ def _present(config: dict, key: str) -> bool:
     return True
 
 
-def _already_set(item: str, key: str) -> ConfigIssue:
+def _already_set(item: str, key: str) -> Problem:
     """`+key=value` adds a key (Hydra's append); on a key the recipe has, it is refused."""
-    return ConfigIssue(
+    return Problem(
         shown(item),
         f"+ adds a key, but {key} is already set",
         f"write {key}=<value> (or ++{key}=<value>, add or override) to change it",
@@ -252,9 +252,9 @@ def _already_set(item: str, key: str) -> ConfigIssue:
     )
 
 
-def _folded(key: str, value: str) -> ConfigIssue:
+def _folded(key: str, value: str) -> Problem:
     """A line break in an override's value, which YAML would silently fold into a space."""
-    return ConfigIssue(
+    return Problem(
         key,
         f"value holds a line break, which YAML folds into a space ({value!r})",
         'write the value on one line (a quoted "\\n" keeps a newline where one is allowed)',
@@ -266,8 +266,8 @@ def _well_formed(key: str) -> bool:
     return bool(key) and all(part for part in key.split("."))
 
 
-def _malformed(item: str) -> ConfigIssue:
-    return ConfigIssue(
+def _malformed(item: str) -> Problem:
+    return Problem(
         item,
         "malformed override",
         "write dotted.key=value to set a key (e.g. grpo.max_num_steps=10) or ~dotted.key to "
@@ -281,7 +281,7 @@ def _forget(prov: Provenance, key: str) -> None:
         del prov[stale]
 
 
-def _delete(config: dict, item: str, prov: Provenance) -> ConfigIssue | None:
+def _delete(config: dict, item: str, prov: Provenance) -> Problem | None:
     """`~a.b` deletes `a.b`; `~a.b=v` only when its value is `v` (Hydra's delete override)."""
     key, sep, raw = item[1:].partition("=")
     key = key.strip()
@@ -292,7 +292,7 @@ def _delete(config: dict, item: str, prov: Provenance) -> ConfigIssue | None:
     for part in parents:
         node = node.get(part) if isinstance(node, dict) else None
     if not isinstance(node, dict) or leaf not in node:
-        return ConfigIssue(
+        return Problem(
             item,
             f"no key {key} to delete",
             "check the key path (nemo_fp8_rl.recipes show R prints every key)",
@@ -301,7 +301,7 @@ def _delete(config: dict, item: str, prov: Provenance) -> ConfigIssue | None:
     if sep:
         expected = parse_yaml(raw, f"override {shown(item)}") if raw.strip() else None
         if node[leaf] != expected:
-            return ConfigIssue(
+            return Problem(
                 item,
                 f"the value of {key} is {node[leaf]!r}, not {expected!r}",
                 f"write ~{key} to delete it whatever its value",

@@ -13,7 +13,7 @@ import difflib
 import os
 from pathlib import Path
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 
 
 def project_root() -> Path:
@@ -104,7 +104,7 @@ def resolve_ref(ref: str | Path, where: str = "--recipe") -> Path:
         return path  # a FIFO or device is refused by the reader, by name
     if path.is_dir():
         raise RecipeError(
-            str(ref), [ConfigIssue(where, "is a folder", "give a .yaml recipe file", str(ref))]
+            str(ref), [Problem(where, "is a folder", "give a .yaml recipe file", str(ref))]
         )
     stem = str(ref).removesuffix(".yaml")
     candidate = recipes_dir() / f"{stem}.yaml"
@@ -115,9 +115,9 @@ def resolve_ref(ref: str | Path, where: str = "--recipe") -> Path:
         return matches[0]
     if matches:
         names = " or ".join(short_name(p) for p in matches)
-        issue = ConfigIssue(where, "ambiguous recipe name", f"give one of {names}", str(ref))
+        issue = Problem(where, "ambiguous recipe name", f"give one of {names}", str(ref))
     else:
-        issue = ConfigIssue(where, "no such recipe file or name", suggestion(str(ref)), str(ref))
+        issue = Problem(where, "no such recipe file or name", suggestion(str(ref)), str(ref))
     raise RecipeError(str(ref), [issue])
 
 
@@ -136,7 +136,7 @@ def resolve_parent(parent: str, declaring: Path) -> Path:
         return named
     close = closest_names(parent)
     hint = f"did you mean {' or '.join(close)}? Or fix" if close else "fix"
-    issue = ConfigIssue(
+    issue = Problem(
         "defaults",
         f"parent {parent!r} not found (looked at {candidate}, and for a recipe or a config of "
         "that name)",

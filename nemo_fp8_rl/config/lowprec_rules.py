@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.schema import source_of
 
@@ -27,7 +27,7 @@ def _get(config: dict, key: str) -> Any:
     return None if is_missing(value) else value
 
 
-def four_bit_emulation(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def four_bit_emulation(config: dict, prov: dict[str, str]) -> list[Problem]:
     """`local.fp4` runs on the embedded CPU engine only, and in place of FP8 (module doc)."""
     kind = _get(config, KEY)
     if not kind:
@@ -36,7 +36,7 @@ def four_bit_emulation(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     out = []
     if _get(config, "cluster.gpus_per_node") != 0:
         out.append(
-            ConfigIssue(
+            Problem(
                 KEY,
                 f"{kind} emulation runs on the embedded CPU engine only (cluster.gpus_per_node: 0); "
                 "NeMo RL has no 4-bit Megatron training key (its NVFP4 path is ModelOpt QAT)",
@@ -47,7 +47,7 @@ def four_bit_emulation(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     for key, bad, good in _FP8_KEYS:
         if _get(config, key) == bad:
             out.append(
-                ConfigIssue(
+                Problem(
                     key,
                     f"{KEY}: {kind} replaces FP8 on both sides, but {key} is {bad}",
                     f"set {key}={good} (configs/precision/{kind}-cpu.yaml on a BF16 recipe does)",

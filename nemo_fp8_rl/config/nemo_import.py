@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.interpolate import escape_literals, resolve_all
 from nemo_fp8_rl.config.loader import apply_overrides, leaf_sources, load_chain, merge, read_yaml
 from nemo_fp8_rl.config.locations import base_config_path, configs_dir
@@ -71,7 +71,7 @@ def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict,
     path = Path(path).resolve()
     config, prov = compose(path, (), None, files)
     if "grpo" not in config:
-        issue = ConfigIssue(
+        issue = Problem(
             "grpo",
             "not a GRPO config (no grpo: section after its defaults: chain)",
             "import a GRPO config such as NeMo RL's examples/configs/grpo_math_1B.yaml",
@@ -82,7 +82,7 @@ def load_nemo_config(path: Path, files: list[Path] | None = None) -> tuple[dict,
     if issues:
         raise RecipeError(str(path), issues)
     resolved, interp = resolve_all(config, env=True)
-    issues = [ConfigIssue(i.key, i.problem, i.fix, source_of(prov, i.key)) for i in interp]
+    issues = [Problem(i.key, i.what, i.fix, source_of(prov, i.key)) for i in interp]
     if issues:
         raise RecipeError(str(path), issues)
     return escape_literals(resolved), prov
@@ -94,7 +94,7 @@ SECTIONS = ("grpo", "loss_fn", "policy", "data", "env", "logger", "cluster", "ch
 SUBSECTIONS = ("policy.generation", "policy.dtensor_cfg", "policy.megatron_cfg")
 
 
-def shape_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def shape_issues(config: dict, prov: dict[str, str]) -> list[Problem]:
     """A section written as something other than a mapping (`grpo: null`, `policy: [1, 2]`),
     located at the file that wrote it; NeMo RL's own code would stop on it with a traceback."""
     out = []
@@ -108,7 +108,7 @@ def shape_issues(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
             continue
         shown = "null" if value is None else f"a {type(value).__name__} ({_short(value)})"
         out.append(
-            ConfigIssue(
+            Problem(
                 key,
                 f"expected a section (key: value lines under it), got {shown}",
                 f"write {key} as a mapping, or remove it to take NeMo RL's defaults",
@@ -216,19 +216,15 @@ def _base() -> tuple[dict, dict[str, str]]:
     return resolved, leaf_sources(resolved, "base")
 
 
-def _refusals(
-    nemo: dict, prov: dict[str, str], fp8: str | None, calibrated: bool
-) -> list[ConfigIssue]:
+def _refusals(nemo: dict, prov: dict[str, str], fp8: str | None, calibrated: bool) -> list[Problem]:
     """Overlays that cannot work on this config, each located at the key that rules it out."""
     if fp8 is not None and fp8 not in FP8_OVERLAYS:
-        return [
-            ConfigIssue("--fp8", f"unknown FP8 recipe {fp8!r}", f"use one of {FP8_OVERLAYS}", "")
-        ]
+        return [Problem("--fp8", f"unknown FP8 recipe {fp8!r}", f"use one of {FP8_OVERLAYS}", "")]
     policy = nemo.get("policy", {})
     backend = (policy.get("generation") or {}).get("backend", "vllm")
     if fp8 and backend != "vllm":
         return [
-            ConfigIssue(
+            Problem(
                 "policy.generation.backend",
                 f"is {backend!r}: --fp8 quantises the rollout in vLLM (vllm_cfg.precision: fp8)",
                 "import a config that generates with vLLM, or set policy.generation.backend: vllm",
@@ -246,7 +242,7 @@ def _refusals(
         )
         key = "policy.dtensor_cfg.enabled" if dtensor else "policy.megatron_cfg.enabled"
         return [
-            ConfigIssue(
+            Problem(
                 key,
                 f"is {bool(dtensor) if dtensor else bool(megatron)}: {why}",
                 "import a Megatron config (NeMo RL's *megatron*.yaml), or set "
@@ -330,22 +326,18 @@ def destination(imported: Imported, dest: Path, overwrite: bool) -> Path:
     if dest.exists() and not overwrite:
         raise RecipeError(
             str(dest),
-            [
-                ConfigIssue(
-                    "<file>", "already exists", "pass --overwrite or another FILE", str(dest)
-                )
-            ],
+            [Problem("<file>", "already exists", "pass --overwrite or another FILE", str(dest))],
         )
     return dest
 
 
-def _relocate(issue: ConfigIssue, dest: Path, prov: dict[str, str]) -> ConfigIssue:
+def _relocate(issue: Problem, dest: Path, prov: dict[str, str]) -> Problem:
     """An issue found in the written file, located where its key came from instead."""
-    if issue.source not in (str(dest), str(dest.resolve())):
+    if issue.file not in (str(dest), str(dest.resolve())):
         return issue
     source = source_of(prov, issue.key)
     shown = "the project's base config" if source == "base" else source
-    return ConfigIssue(issue.key, issue.problem, issue.fix, shown)
+    return Problem(issue.key, issue.what, issue.fix, shown)
 
 
 def load_recipe_or_import(

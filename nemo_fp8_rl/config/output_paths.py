@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.schema import PATH_KEYS
 
 DERIVED_SOURCE = "derived"
@@ -58,7 +58,7 @@ def place_problem(path: Path, run_dir: Path | None = None) -> tuple[str, str] | 
     return None
 
 
-def place_issues(config: dict, provenance: dict[str, str], run_dir: Path) -> list[ConfigIssue]:
+def place_issues(config: dict, provenance: dict[str, str], run_dir: Path) -> list[Problem]:
     """One issue per hand-set output path that `place_problem` refuses, located where set."""
     out = []
     for key in PATH_KEYS:
@@ -68,5 +68,5 @@ def place_issues(config: dict, provenance: dict[str, str], run_dir: Path) -> lis
             continue
         problem = place_problem(Path(value), run_dir)
         if problem is not None:
-            out.append(ConfigIssue(key, f"{value}: {problem[0]}", problem[1], provenance[key]))
+            out.append(Problem(key, f"{value}: {problem[0]}", problem[1], provenance[key]))
     return out

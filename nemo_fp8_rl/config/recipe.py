@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.interpolate import is_missing, lookup, resolve_all
 from nemo_fp8_rl.config.loader import apply_overrides, load_chain
 from nemo_fp8_rl.config.locations import (
@@ -110,7 +110,7 @@ def load_recipe(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / name
     _derive(config, prov, name, run_dir)
     resolved, interp_issues = resolve_all(config)
-    issues += [replace(i, source=source_of(prov, i.key)) for i in interp_issues]
+    issues += [replace(i, file=source_of(prov, i.key)) for i in interp_issues]
     key_issues = check_keys(resolved, _resolved_base(), prov)
     issues += key_issues
     deleted = deleted_keys(overrides)
@@ -118,7 +118,7 @@ def load_recipe(
     issues += check_env_names(resolved, prov)
     issues += check_values(resolved, prov)
     issues += place_issues(resolved, prov, run_dir)  # a hand-set output path: / , home, a link
-    if not interp_issues and not any(i.problem.startswith("expected ") for i in key_issues):
+    if not interp_issues and not any(i.what.startswith("expected ") for i in key_issues):
         issues += check_rules(resolved, prov)  # rules read typed values only
     if issues:
         raise RecipeError(str(path), issues)
@@ -133,7 +133,7 @@ def load_recipe(
     )
 
 
-def _derived_issue(key: str, source: str) -> ConfigIssue:
+def _derived_issue(key: str, source: str) -> Problem:
     """A derived key set by hand: say it is derived and what to use instead."""
     fix = (
         "the run name is the recipe file's name: copy the recipe to a new file to rename the run"
@@ -142,7 +142,7 @@ def _derived_issue(key: str, source: str) -> ConfigIssue:
     )
     if source != "override":
         fix = f"remove it; {fix}"
-    return ConfigIssue(
+    return Problem(
         key, "is derived from the recipe name and --run-dir, not set by hand", fix, source
     )
 
@@ -170,11 +170,11 @@ def _derive(config: dict, prov: dict[str, str], name: str, run_dir: Path) -> Non
             prov[key] = "derived"
 
 
-def hand_set_paths(recipe: Recipe, why: str, fix: str) -> list[ConfigIssue]:
+def hand_set_paths(recipe: Recipe, why: str, fix: str) -> list[Problem]:
     """One issue per output path (`PATH_KEYS`) the recipe or an override set by hand: `why`
     a command cannot use it, `fix` what to do instead."""
     return [
-        ConfigIssue(key, why, fix, recipe.provenance[key])
+        Problem(key, why, fix, recipe.provenance[key])
         for key in PATH_KEYS
         if set_by_hand(recipe, key)
     ]

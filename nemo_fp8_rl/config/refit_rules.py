@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.schema import source_of
 
@@ -97,12 +97,12 @@ def _refusals(config: dict) -> list[tuple[str, str, str]]:
     return out
 
 
-def quantize_on_trainer(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def quantize_on_trainer(config: dict, prov: dict[str, str]) -> list[Problem]:
     """`refit.quantize_on: trainer` needs FP8 rollout (block or MXFP8) on NeMo RL's Megatron +
     vLLM path."""
     if _get(config, KEY, "generator") != "trainer":
         return []
     return [
-        ConfigIssue(key, f"{KEY}: trainer: {problem}", f"{fix}, {FIX_OFF}", source_of(prov, key))
+        Problem(key, f"{KEY}: trainer: {problem}", f"{fix}, {FIX_OFF}", source_of(prov, key))
         for key, problem, fix in _refusals(config)
     ]

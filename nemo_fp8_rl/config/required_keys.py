@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.schema import DERIVED, OPEN, source_of
 
 # A recipe missing more base keys than this gets one summary issue instead of one per key.
@@ -27,21 +27,21 @@ def deleted_keys(overrides: Sequence[str]) -> set[str]:
 
 def check_missing(
     config: dict, base: dict, prov: dict[str, str], deleted: set[str], recipe: str
-) -> list[ConfigIssue]:
+) -> list[Problem]:
     """Issues for the keys of `base` that `config` lacks; a missing section is one issue, and
     the source is the override that deleted the key, else the file that should hold it."""
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     _check_present(config, base, "", prov, deleted, recipe, issues)
-    by_file = [i for i in issues if i.source != "override"]
+    by_file = [i for i in issues if i.file != "override"]
     if len(by_file) > MAX_MISSING_LISTED:  # a file without `defaults:`: one line, not dozens
         keys = ", ".join(i.key for i in by_file[:MAX_MISSING_LISTED])
-        summary = ConfigIssue(
+        summary = Problem(
             "<file>",
             f"lacks {len(by_file)} keys or sections of the base config ({keys}, ...)",
             "inherit them: list configs/base/grpo.yaml (or a recipe) in defaults:",
             recipe,
         )
-        issues = [summary, *(i for i in issues if i.source == "override")]
+        issues = [summary, *(i for i in issues if i.file == "override")]
     return issues
 
 
@@ -52,7 +52,7 @@ def _check_present(
     prov: dict[str, str],
     deleted: set[str],
     recipe: str,
-    issues: list[ConfigIssue],
+    issues: list[Problem],
 ) -> None:
     if node.get("enabled") is False:
         return
@@ -78,7 +78,7 @@ def _only_derived(value: Any, path: str) -> bool:
 
 def _missing(
     path: str, expected: Any, prov: dict[str, str], deleted: set[str], recipe: str
-) -> ConfigIssue:
+) -> Problem:
     parts = path.split(".")
     by = next(
         (k for k in deleted if k in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}), None
@@ -94,10 +94,10 @@ def _missing(
             f"add it{shown}, or inherit every base key: list configs/base/grpo.yaml (or a recipe) "
             "in defaults:"
         )
-    return ConfigIssue(path, "missing (every key of the base config is required)", fix, source)
+    return Problem(path, "missing (every key of the base config is required)", fix, source)
 
 
-def check_env_names(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def check_env_names(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Every `data.<section>.env_name` names a section of `env` (deleting `~env.math` while
     `data.default.env_name` is `math` would fail in NeMo RL's environment setup)."""
     data, env = config.get("data"), config.get("env")
@@ -109,7 +109,7 @@ def check_env_names(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         if isinstance(name, str) and name not in env:
             have = ", ".join(map(str, env)) or "none"
             issues.append(
-                ConfigIssue(
+                Problem(
                     f"data.{section}.env_name",
                     f"names env.{name}, which the recipe does not have (env sections: {have})",
                     f"keep env.{name}, or set data.{section}.env_name to one of the env sections",

@@ -10,14 +10,14 @@ from typing import Any
 
 from nemo_fp8_rl.config import optimiser_steps
 from nemo_fp8_rl.config.engine_rules import engine_rules
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.lowprec_rules import four_bit_emulation
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
 from nemo_fp8_rl.config.split_rules import precision_split
 
-Rule = Callable[[dict, dict[str, str]], list[ConfigIssue]]
+Rule = Callable[[dict, dict[str, str]], list[Problem]]
 
 VLLM = "policy.generation.vllm_cfg"
 MCORE = "policy.megatron_cfg"
@@ -28,11 +28,11 @@ def _get(config: dict, key: str, default: Any = None) -> Any:
     return default if is_missing(value) else value
 
 
-def _issue(prov: dict[str, str], key: str, problem: str, fix: str) -> ConfigIssue:
-    return ConfigIssue(key, problem, fix, source_of(prov, key))
+def _issue(prov: dict[str, str], key: str, problem: str, fix: str) -> Problem:
+    return Problem(key, problem, fix, source_of(prov, key))
 
 
-def fp8_rollout_needs_is(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def fp8_rollout_needs_is(config: dict, prov: dict[str, str]) -> list[Problem]:
     """FP8 rollouts need importance-sampling correction (NeMo RL asserts it in `grpo.setup`)."""
     if _get(config, f"{VLLM}.precision") == "fp8" and not _get(
         config, "loss_fn.use_importance_sampling_correction"
@@ -48,7 +48,7 @@ def fp8_rollout_needs_is(config: dict, prov: dict[str, str]) -> list[ConfigIssue
     return []
 
 
-def fp8_kv_cache_requirements(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def fp8_kv_cache_requirements(config: dict, prov: dict[str, str]) -> list[Problem]:
     """FP8 KV cache needs FP8 precision, Megatron training, no async engine and PP = 1."""
     kv = _get(config, f"{VLLM}.kv_cache_dtype", "auto")
     if kv not in ("fp8", "fp8_e4m3"):
@@ -94,7 +94,7 @@ def fp8_kv_cache_requirements(config: dict, prov: dict[str, str]) -> list[Config
     return out
 
 
-def fp8_training_needs_megatron(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def fp8_training_needs_megatron(config: dict, prov: dict[str, str]) -> list[Problem]:
     """FP8 training exists only on NeMo RL's Megatron path."""
     if _get(config, f"{MCORE}.fp8_cfg.enabled") and not _get(config, f"{MCORE}.enabled"):
         return [
@@ -108,7 +108,7 @@ def fp8_training_needs_megatron(config: dict, prov: dict[str, str]) -> list[Conf
     return []
 
 
-def megatron_checkpoint_format(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def megatron_checkpoint_format(config: dict, prov: dict[str, str]) -> list[Problem]:
     """NeMo RL's `Policy.save_checkpoint` raises at the first checkpoint when a
     `model_save_format` is set for any worker but DTensor v2 (Megatron included)."""
     fmt = _get(config, "checkpointing.model_save_format")
@@ -136,7 +136,7 @@ def updates_per_step(config: dict) -> float:
     return samples / max(1, _get(config, "policy.train_global_batch_size", 1))
 
 
-def batch_sizes_divide(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def batch_sizes_divide(config: dict, prov: dict[str, str]) -> list[Problem]:
     """The rollout batch splits into whole global batches, and those into whole micro-batches."""
     samples = _get(config, "grpo.num_prompts_per_step", 0) * _get(
         config, "grpo.num_generations_per_prompt", 0
@@ -165,7 +165,7 @@ def batch_sizes_divide(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
     return out
 
 
-def calibration_requirements(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def calibration_requirements(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Calibration needs FP8 training with BF16 masters, token-level ratios, and clipping that can act."""
     if not _get(config, "loss_fn.calibration.enabled"):
         return []
@@ -212,7 +212,7 @@ def calibration_requirements(config: dict, prov: dict[str, str]) -> list[ConfigI
     return out
 
 
-def importance_sampling_settings(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def importance_sampling_settings(config: dict, prov: dict[str, str]) -> list[Problem]:
     """TIS types need the correction on and a positive ratio; icepop/seq-mask-tis need a minimum."""
     tis = _get(config, "loss_fn.truncated_importance_sampling_type")
     out = []
@@ -261,7 +261,7 @@ def importance_sampling_settings(config: dict, prov: dict[str, str]) -> list[Con
     return out
 
 
-def tensor_parallel_batches(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def tensor_parallel_batches(config: dict, prov: dict[str, str]) -> list[Problem]:
     """With TP >= 4 NeMo RL needs equal training and log-prob micro-batch sizes."""
     if _get(config, f"{MCORE}.tensor_model_parallel_size", 1) >= 4 and not _get(
         config, "loss_fn.force_on_policy_ratio"
@@ -310,7 +310,7 @@ _CPU_PARALLEL = (
 )
 
 
-def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[Problem]:
     """On `gpus_per_node: 0` (the embedded engine) GPU-only features are refused with what to change."""
     if _get(config, "cluster.gpus_per_node") != 0:
         return []
@@ -337,7 +337,7 @@ def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[ConfigIss
     return out
 
 
-def parallel_sizes_divide_cluster(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def parallel_sizes_divide_cluster(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Model-parallel groups tile the GPUs: TP x PP x CP (Megatron) and TP x PP (vLLM) must divide
     num_nodes x gpus_per_node (colocated generation shares the training GPUs)."""
     gpus = _get(config, "cluster.gpus_per_node", 0)
@@ -376,7 +376,7 @@ def parallel_sizes_divide_cluster(config: dict, prov: dict[str, str]) -> list[Co
     return out
 
 
-def model_named(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def model_named(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Every recipe names its model."""
     if not _get(config, "policy.model_name"):
         return [
@@ -409,18 +409,18 @@ RULES: tuple[Rule, ...] = (
 )
 
 
-def check_rules(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def check_rules(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Run every cross-field rule. Rules read typed values; the caller runs them only when the
     type checks passed, and a rule that still meets a value it cannot compare is reported as an
     issue naming what it checks, never as a traceback."""
-    out: list[ConfigIssue] = []
+    out: list[Problem] = []
     for rule in RULES:
         try:
             out += rule(config, prov)
         except (TypeError, ValueError, ZeroDivisionError) as exc:
             what = (rule.__doc__ or rule.__name__).split("\n")[0].rstrip(".")
             out.append(
-                ConfigIssue(
+                Problem(
                     "<rules>",
                     f"cannot check '{what}': a value it reads has the wrong type ({exc})",
                     "fix the types of the keys it names (see the other problems)",

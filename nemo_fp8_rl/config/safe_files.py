@@ -23,6 +23,7 @@ import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import BinaryIO
 
 from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
@@ -88,15 +89,26 @@ def write_atomic(
     `check(tmp)`, when given, reads the complete temporary file before it replaces `path` (a
     recipe copy that must load as the original does): whatever it raises leaves `path` as it was.
     """
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    write_atomic_with(path, lambda handle: handle.write(blob), mode, check)
+
+
+def write_atomic_with(
+    path: Path,
+    fill: Callable[[BinaryIO], object],
+    mode: int | None = None,
+    check: Callable[[Path], object] | None = None,
+) -> None:
+    """`write_atomic` for a writer that streams into a binary handle (`torch.save(obj, f)`):
+    `fill(handle)` writes the temporary sibling, which then replaces `path`."""
     path = Path(path)
     refuse_link(path)
     if path.exists() and not path.is_file():
         raise UnsafePath(path, "is not a regular file", "remove it, or choose another path")
-    blob = data.encode("utf-8") if isinstance(data, str) else data
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
+            fill(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, mode if mode is not None else 0o666 & ~_umask())
@@ -202,3 +214,65 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def not_a_file(path: Path, st_mode: int | None = None) -> str | None:
+    """What `path` is when it is not a regular file ("a named pipe", "a folder", "a device",
+    "a socket"), None for a regular file or a missing path."""
+    if st_mode is None:
+        try:
+            st_mode = os.stat(path).st_mode
+        except OSError:
+            return None
+    kinds = (
+        (stat.S_ISFIFO, "a named pipe"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a device"),
+        (stat.S_ISBLK, "a device"),
+        (stat.S_ISSOCK, "a socket"),
+    )
+    return next((name for test, name in kinds if test(st_mode)), None)
+
+
+def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them: opened without blocking
+    (a named pipe nobody writes would hang the read), refused with a located `UnsafePath` naming
+    what it really is (pipe, folder, device, link loop) or its size past `limit`."""
+    path = Path(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UnsafePath(path, "is a symbolic link loop", "remove the link") from exc
+        if exc.errno == errno.ENOENT:
+            raise UnsafePath(path, f"no such {what}", "check the path") from exc
+        raise
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        kind = not_a_file(path, st.st_mode)
+        if kind is not None:
+            raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
+        if st.st_size > limit:
+            raise UnsafePath(
+                path,
+                f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
+                f"pass the {what} itself (is it the right file?)",
+            )
+        os.set_blocking(fd, True)
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
+    return data
+
+
+def read_text_bounded(path: Path, limit: int, what: str = "file") -> str:
+    """`read_bytes_bounded` decoded as UTF-8; a non-text file is a located `UnsafePath`."""
+    data = read_bytes_bounded(path, limit, what)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UnsafePath(
+            path,
+            f"is not UTF-8 text (byte {exc.start:,} is 0x{data[exc.start]:02x})",
+            f"pass a UTF-8 text {what}",
+        ) from exc

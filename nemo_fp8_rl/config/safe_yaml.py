@@ -26,7 +26,7 @@ import yaml
 from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS, too_long
 
 MAX_FILE_BYTES = 16 * 2**20
@@ -202,16 +202,16 @@ def parse_yaml(text: str, where: str = "<string>") -> Any:
     try:
         return yaml.load(text, Loader=_Loader)
     except _Refused as exc:
-        raise RecipeError(where, [ConfigIssue("<file>", str(exc), exc.fix, where)]) from exc
+        raise RecipeError(where, [Problem("<file>", str(exc), exc.fix, where)]) from exc
     except yaml.YAMLError as exc:
         problem = " ".join(str(exc).split())
         raise RecipeError(
-            where, [ConfigIssue("<file>", f"invalid YAML: {problem}", "fix the syntax", where)]
+            where, [Problem("<file>", f"invalid YAML: {problem}", "fix the syntax", where)]
         ) from exc
     except RecursionError as exc:
         raise RecipeError(
             where,
-            [ConfigIssue("<file>", "nested too deeply to parse", "flatten the structure", where)],
+            [Problem("<file>", "nested too deeply to parse", "flatten the structure", where)],
         ) from exc
 
 
@@ -220,21 +220,21 @@ def read_text(path: Path) -> str:
     where = str(path)
     if path.is_dir():
         raise RecipeError(
-            where, [ConfigIssue("<file>", "is a folder", "give a .yaml recipe file", where)]
+            where, [Problem("<file>", "is a folder", "give a .yaml recipe file", where)]
         )
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):  # a FIFO or a device would block or never end
             raise RecipeError(
                 where,
-                [ConfigIssue("<file>", "is not a regular file", "give a .yaml recipe file", where)],
+                [Problem("<file>", "is not a regular file", "give a .yaml recipe file", where)],
             )
         size = info.st_size
         if size > MAX_FILE_BYTES:
             raise RecipeError(
                 where,
                 [
-                    ConfigIssue(
+                    Problem(
                         "<file>",
                         f"{size:,} bytes, larger than the {MAX_FILE_BYTES:,} a recipe may have",
                         "give a recipe file (a few KB of YAML)",
@@ -245,7 +245,7 @@ def read_text(path: Path) -> str:
         data = path.read_bytes()
     except OSError as exc:
         raise RecipeError(
-            where, [ConfigIssue("<file>", f"cannot read: {exc.strerror}", "check the path", where)]
+            where, [Problem("<file>", f"cannot read: {exc.strerror}", "check the path", where)]
         ) from exc
     try:
         if b"\x00" in data:
@@ -257,7 +257,7 @@ def read_text(path: Path) -> str:
         raise RecipeError(
             where,
             [
-                ConfigIssue(
+                Problem(
                     "<file>",
                     f"not a text file ({exc.reason} at byte {exc.start})",
                     "give a UTF-8 YAML recipe; remove binary files from recipes/",

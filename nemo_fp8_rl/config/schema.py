@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.nemo_rl_keys import (
     NEMO_RL_KEYS,
     NULLABLE_IN_NEMO_RL,
@@ -159,15 +159,15 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 NULLABLE.update({"policy.model_name": (str,)})
 
 
-def check_keys(config: dict, base: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def check_keys(config: dict, base: dict, prov: dict[str, str]) -> list[Problem]:
     """Every key known (base config or project schema), with the base value's type."""
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     _check_node(config, base, "", prov, issues)
     return issues
 
 
 def _check_node(
-    node: dict, base: dict, prefix: str, prov: dict[str, str], issues: list[ConfigIssue]
+    node: dict, base: dict, prefix: str, prov: dict[str, str], issues: list[Problem]
 ) -> None:
     for key, value in node.items():
         path = f"{prefix}{key}"
@@ -195,7 +195,7 @@ def _check_node(
             _check_node(value, expected, f"{path}.", prov, issues)
         elif not _same_type(value, expected):
             issues.append(
-                ConfigIssue(
+                Problem(
                     path,
                     f"expected {_type_name(expected)}, got {_type_name(value)} ({value!r})",
                     f"set a {_type_name(expected)} value like the base config's {expected!r}",
@@ -206,8 +206,8 @@ def _check_node(
             issues.append(_not_finite(path, value, expected, prov))
 
 
-def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> ConfigIssue:
-    return ConfigIssue(
+def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> Problem:
+    return Problem(
         path,
         f"expected a finite number, got {value!r}",
         f"set a finite number like {example!r}",
@@ -215,15 +215,13 @@ def _not_finite(path: str, value: float, example: Any, prov: dict[str, str]) -> 
     )
 
 
-def _check_nemo_rl_key(
-    path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]
-) -> None:
+def _check_nemo_rl_key(path: str, value: Any, prov: dict[str, str], issues: list[Problem]) -> None:
     """A key NeMo RL defines and the base leaves out (`nemo_rl_keys`): NeMo RL's type."""
     if nemo_rl_type_ok(path, value):
         return
     kind = NEMO_RL_KEYS[path].__name__
     issues.append(
-        ConfigIssue(
+        Problem(
             path,
             f"expected {kind} (NeMo RL's type for it), got {_type_name(value)} ({value!r})",
             f"set a {kind} value, or remove the key to keep NeMo RL's default",
@@ -232,13 +230,13 @@ def _check_nemo_rl_key(
     )
 
 
-def _check_wider(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
+def _check_wider(path: str, value: Any, prov: dict[str, str], issues: list[Problem]) -> None:
     """A base key NeMo RL types more widely (`nemo_rl_keys.WIDER_TYPES`)."""
     kinds = WIDER_TYPES[path]
     if isinstance(value, bool) or not isinstance(value, kinds):
         names = " or ".join(_type_name(k()) for k in kinds)
         issues.append(
-            ConfigIssue(
+            Problem(
                 path,
                 f"expected {names}, got {_type_name(value)} ({value!r})",
                 f"set a {names} value",
@@ -248,13 +246,13 @@ def _check_wider(path: str, value: Any, prov: dict[str, str], issues: list[Confi
 
 
 def _check_absent_by_default(
-    path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]
+    path: str, value: Any, prov: dict[str, str], issues: list[Problem]
 ) -> None:
     """A key of `ABSENT_BY_DEFAULT`: the type NeMo RL reads it as."""
     kind = ABSENT_BY_DEFAULT[path]
     if not isinstance(value, kind):
         issues.append(
-            ConfigIssue(
+            Problem(
                 path,
                 f"expected {kind.__name__}, got {_type_name(value)} ({value!r})",
                 f"set a {kind.__name__} value, or remove the key to keep NeMo RL's default",
@@ -263,7 +261,7 @@ def _check_absent_by_default(
         )
 
 
-def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[ConfigIssue]) -> None:
+def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[Problem]) -> None:
     """Keys whose base value is null: a number, or a name (or null) where NULLABLE says so."""
     kinds = NULLABLE.get(path)
     if kinds is None or value is None:
@@ -271,7 +269,7 @@ def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[Co
     if isinstance(value, bool) or not isinstance(value, kinds):
         name = {(int,): "integer", (str,): "string"}.get(kinds, "number")
         issues.append(
-            ConfigIssue(
+            Problem(
                 path,
                 f"expected {name} or null, got {_type_name(value)} ({value!r})",
                 f"set a {name}, or null to leave it unset",
@@ -282,7 +280,7 @@ def _check_nullable(path: str, value: Any, prov: dict[str, str], issues: list[Co
         issues.append(_not_finite(path, value, 1.0, prov))
 
 
-def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> ConfigIssue:
+def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, str]) -> Problem:
     known = [str(k) for k in base]
     known += [k[len(prefix) :] for k in NEMO_RL_KEYS if k.startswith(prefix)]
     known = [k for k in dict.fromkeys(known) if "." not in k]
@@ -295,7 +293,7 @@ def _unknown_key(path: str, key: str, base: dict, prefix: str, prov: dict[str, s
     source = source_of(prov, path)
     if source == "override":
         fix += f" ({OVERRIDE_KEYS})"
-    return ConfigIssue(
+    return Problem(
         path,
         "unknown key (not in the base config or the project schema)",
         fix,
@@ -343,11 +341,11 @@ def _type_name(value: Any) -> str:
     }.get(type(value), type(value).__name__)
 
 
-def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def check_values(config: dict, prov: dict[str, str]) -> list[Problem]:
     """Ranges and choices of the NeMo RL keys that matter, and the project sections' models."""
     from nemo_fp8_rl.config.interpolate import is_missing, lookup
 
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     for key, (ok, text) in RANGES.items():
         value = lookup(config, key)
         if (
@@ -357,7 +355,7 @@ def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
             and not ok(value)
         ):
             issues.append(
-                ConfigIssue(
+                Problem(
                     key,
                     f"value {value!r} out of range",
                     f"use a value {text}",
@@ -369,7 +367,7 @@ def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         if not is_missing(value) and value not in choices:
             shown = ", ".join(repr(c) for c in choices)
             issues.append(
-                ConfigIssue(
+                Problem(
                     key,
                     f"value {value!r} is not one of {shown}",
                     f"use one of {shown}",
@@ -386,7 +384,7 @@ def check_values(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
 
 def validate_section(
     key: str, section: Any, model: type[BaseModel], prov: dict[str, str]
-) -> list[ConfigIssue]:
+) -> list[Problem]:
     """Validate one project-owned section with its pydantic model; errors carry full key paths."""
     try:
         model.model_validate(section)
@@ -402,13 +400,13 @@ def validate_section(
                 )
                 fix = f"did you mean {key}.{close[0]}?" if close else f"known keys: {known}"
                 out.append(
-                    ConfigIssue(
+                    Problem(
                         path, "unknown key (not in the project schema)", fix, source_of(prov, path)
                     )
                 )
             else:
                 out.append(
-                    ConfigIssue(
+                    Problem(
                         path,
                         err["msg"],
                         f"see the {model.__name__} documentation",

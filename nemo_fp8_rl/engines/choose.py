@@ -85,9 +85,6 @@ def check_engine(
 
     problems = check_recipe(recipe, here=here)
     if problems:
-        raise EngineConfigError(
-            f"{recipe.name} cannot run on the NeMo RL engine:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
+        raise EngineConfigError(recipe.name, "cannot run on the NeMo RL engine", problems)
     if outputs:
         check_hand_set(recipe, resume=resume, overwrite=overwrite)

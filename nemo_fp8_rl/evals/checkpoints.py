@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS
-from nemo_fp8_rl.config.user_error import UsageError, shown
+from nemo_fp8_rl.config.user_error import USAGE, CheckpointError, shown
 from nemo_fp8_rl.runs import scores as run_scores
 
 _STEP = re.compile(rf"step_(\d{{1,{MAX_INT_DIGITS}}})")  # longer numbers cannot be printed
@@ -34,8 +34,10 @@ BIAS = (
 )
 
 
-class CheckpointError(UsageError):
-    """No such checkpoint, or none that can be chosen; the message lists what the run has."""
+def refused(where: object, what: str, fix: str) -> CheckpointError:
+    """No such checkpoint, or none that can be chosen (a usage error); the message lists what the
+    run has."""
+    return CheckpointError(str(where), what, fix, code=USAGE)
 
 
 @dataclass(frozen=True)
@@ -95,15 +97,15 @@ def _refuse_unreadable(
     m = _STEP.fullmatch(selector)
     if m and int(m.group(1)) in bad:
         step = int(m.group(1))
-        raise CheckpointError(root / f"step_{step}" / info, bad[step], fix)
+        raise refused(root / f"step_{step}" / info, bad[step], fix)
     if selector == "last" and bad and max(bad) > max(infos, default=-1):
         step = max(bad)
         what = f"{bad[step]}; it is the newest checkpoint, so last cannot be chosen"
-        raise CheckpointError(root / f"step_{step}" / info, what, fix)
+        raise refused(root / f"step_{step}" / info, what, fix)
     if selector == "best" and bad:
         step = min(bad)
         what = f"cannot rank the checkpoints: step_{step}/{info} is {bad[step]}"
-        raise CheckpointError(root, what, fix)
+        raise refused(root, what, fix)
 
 
 def _scores(infos: dict[int, dict[str, Any]], metric: str) -> dict[int, float]:
@@ -124,7 +126,7 @@ def _pick(
     have = ", ".join(f"step_{s}" for s in sorted(infos)) or "none"
     if selector == "last":
         if not infos:
-            raise CheckpointError(
+            raise refused(
                 root, "no complete checkpoint (step_*) to evaluate", "train the run first"
             )
         step = max(infos)
@@ -132,7 +134,7 @@ def _pick(
     if selector == "best":
         scored = _scores(infos, metric)
         if not scored:
-            raise CheckpointError(
+            raise refused(
                 root,
                 f"no checkpoint records {metric} (checkpoints: {have})",
                 "use --checkpoint last, or validate on save steps (grpo.val_period)",
@@ -141,14 +143,14 @@ def _pick(
         return step, scored[step], BIAS.format(n=len(scored), metric=metric, overlap=overlap)
     m = _STEP.fullmatch(selector)
     if not m:
-        raise CheckpointError(
+        raise refused(
             f"--checkpoint {shown(selector)}",
             f"expected last, best or step_N (N at most {MAX_INT_DIGITS} digits)",
             "e.g. --checkpoint step_100",
         )
     step = int(m.group(1))
     if step not in infos:
-        raise CheckpointError(
+        raise refused(
             f"--checkpoint {selector}",
             f"{root} has no {selector} (has: {have})",
             "pick one of the checkpoints it has, or last or best",
@@ -163,7 +165,7 @@ def select_local(run_dir: Path, selector: str) -> Selection:
     metric = run_scores.accuracy_key(infos.values())
     if selector == "step_0" and 0 not in infos and 0 not in bad:
         if not (run_dir / "model" / "config.json").is_file():
-            raise CheckpointError(
+            raise refused(
                 run_dir / "model", "no initial policy (was the run started?)", "train the run"
             )
         return Selection("step_0", 0, run_dir / "model", metric)
@@ -247,7 +249,7 @@ def megatron_weights(checkpoint: Path) -> Path:
     weights = checkpoint / "policy" / "weights"
     iters = sorted(weights.glob("iter_*"))
     if not iters:
-        raise CheckpointError(
+        raise refused(
             weights,
             "no iter_* directory (a Megatron checkpoint)",
             "evaluate a run trained with policy.megatron_cfg.enabled: true",

@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.evals.checkpoints import Selection, megatron_weights
 from nemo_fp8_rl.evals.results import BenchmarkScore
 from nemo_fp8_rl.evals.suites import Benchmark, Suite, nemo_dataset
@@ -39,7 +40,7 @@ RUN_EVAL = Path("examples/run_eval.py")
 EVAL_BASE = Path("examples/configs/evals/eval.yaml")
 
 
-class NemoEvalError(RuntimeError):
+class NemoEvalError(UserError, RuntimeError):
     """NeMo RL's tree, converter or evaluation could not be used; the message says what to do."""
 
 
@@ -51,16 +52,18 @@ def nemo_rl_tree() -> Path:
             import nemo_rl
         except ImportError:
             raise NemoEvalError(
-                "NEMO_RL_SRC: not set, and NeMo RL is not importable. Fix: run inside NeMo RL's "
-                "environment, or export NEMO_RL_SRC=/path/to/nemo-rl"
+                "NEMO_RL_SRC",
+                "not set, and NeMo RL is not importable",
+                "run inside NeMo RL's environment, or export NEMO_RL_SRC=/path/to/nemo-rl",
             ) from None
         src = str(Path(nemo_rl.__file__).resolve().parents[1])
     tree = Path(src)
     for rel in (CONVERTER, RUN_EVAL, EVAL_BASE):
         if not (tree / rel).is_file():
             raise NemoEvalError(
-                f"{tree / rel}: not found, so {tree} is not a NeMo RL source tree. Fix: point "
-                "NEMO_RL_SRC at a NeMo RL checkout (v0.7.0 or later)"
+                f"{tree / rel}",
+                f"not found, so {tree} is not a NeMo RL source tree",
+                "point NEMO_RL_SRC at a NeMo RL checkout (v0.7.0 or later)",
             )
     return tree
 
@@ -177,8 +180,9 @@ def read_scores(save_path: Path, samples: int) -> tuple[float, int, list[int]]:
     path = save_path / "evaluation_data.json"
     if not path.is_file():
         raise NemoEvalError(
-            f"{path}: missing, NeMo RL's run_eval.py wrote no results. Fix: read its log above "
-            "for the cause"
+            path,
+            "missing, NeMo RL's run_eval.py wrote no results",
+            "read its log above for the cause",
         )
     rows = json.loads(path.read_text())["evaluation_data"]
     rewards = [float(r["reward"]) for r in rows]
@@ -193,8 +197,9 @@ def _run(cmd: list[str], cwd: Path, what: str) -> None:
     done = subprocess.run(cmd, cwd=cwd)
     if done.returncode:
         raise NemoEvalError(
-            f"{what}: failed with exit code {done.returncode} ({' '.join(cmd)}). Fix: read its "
-            "output above for the cause"
+            what,
+            f"failed with exit code {done.returncode} ({' '.join(cmd)})",
+            "read its output above for the cause",
         )
 
 

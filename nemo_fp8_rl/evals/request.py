@@ -48,7 +48,7 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     try:
         config = load_yaml_file(path)
     except RecipeError as exc:
-        raise UsageError(path, f"not a readable recipe ({exc.issues[0].problem})", fix) from exc
+        raise UsageError(path, f"not a readable recipe ({exc.issues[0].what})", fix) from exc
     if not isinstance(config, dict):
         what = "empty" if config is None else f"not a mapping (a {type(config).__name__})"
         raise UsageError(path, f"{what}: the run's saved recipe is lost", fix)

@@ -10,12 +10,14 @@ docs/guard-rails.md is the catalogue users read; a test keeps it in step with `C
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.guards import alignment, fp8_active, memory, scale_format, upstream_bugs
+from nemo_fp8_rl.guards.assumed_gpu import assumed_worker, not_run_line
 from nemo_fp8_rl.guards.context import GuardContext, NemoRLTree, WorkerGpu
 from nemo_fp8_rl.guards.findings import CheckResult, GuardReport
 
@@ -108,8 +110,16 @@ def guard_context(
 
 
 def run_checks(ctx: GuardContext, name: str = "recipe") -> GuardReport:
-    """Every pre-launch check on `ctx`, in catalogue order."""
+    """Every pre-launch check on `ctx`, in catalogue order. A GPU recipe whose workers' GPU
+    is unknown is checked for the smallest GPU of the family it declares (`assumed_gpu`), or
+    gets the line naming the checks that could not run."""
     report = GuardReport(name)
+    if ctx.worker is None and ctx.on_gpu:
+        assumed = assumed_worker(ctx.config)
+        if assumed is not None:
+            ctx = dataclasses.replace(ctx, worker=assumed)
+        else:
+            report.not_run = not_run_line(ctx.fp8_training or ctx.fp8_rollout)
     for entry in PRE_LAUNCH:
         assert entry.run is not None
         report.results.append(entry.run(ctx))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from nemo_fp8_rl.config.user_error import Problem
+
 ERROR, WARNING = "error", "warning"
 PASS, WARN, FAIL, SKIP = "pass", "warn", "fail", "skip"
 
@@ -26,13 +28,15 @@ class Finding:
     applies_to: str = ""  # NeMo RL versions the rule applies to
     source: str = "?"  # the file (or "override") that set `key`
 
+    def problem(self, versions: bool = True, source: bool = True) -> Problem:
+        """The finding as a `Problem`: its rule is `rule, upstream[; versions]`."""
+        applies = f"; {self.applies_to}" if versions and self.applies_to else ""
+        rule = f"{self.rule}, {self.upstream}{applies}"
+        return Problem(self.key, self.what, self.fix, self.source if source else None, rule=rule)
+
     def line(self) -> str:
         """`<severity>: <source>: <key>: <what> [rule, upstream; versions]. Fix: <fix>`."""
-        versions = f"; {self.applies_to}" if self.applies_to else ""
-        return (
-            f"{self.severity}: {self.source}: {self.key}: {self.what} "
-            f"[{self.rule}, {self.upstream}{versions}]. Fix: {self.fix}"
-        )
+        return f"{self.severity}: {self.problem().render()}"
 
 
 @dataclass
@@ -63,6 +67,7 @@ class GuardReport:
 
     recipe: str
     results: list[CheckResult] = field(default_factory=list)
+    not_run: str = ""  # the GPU-specific checks that could not run, and how to run them
 
     @property
     def errors(self) -> list[Finding]:
@@ -83,6 +88,8 @@ class GuardReport:
         lines = [f"guard rails for {self.recipe} (docs/guard-rails.md):"]
         for res in self.results:
             lines += res.lines()
+        if self.not_run:
+            lines.append(f"  {self.not_run}")
         return "\n".join(lines)
 
 

@@ -60,15 +60,20 @@ def selected_executor(vllm_version: str | None, env_value: str | None) -> str:
     return "RayExecutorV2" if use_v2 else "RayDistributedExecutor"
 
 
+NEEDS_TREE = (
+    f"it reads NeMo RL's {FP8_PY}, and NeMo RL is not installed here; run it where NeMo RL "
+    "is (scripts/nemo-rl-env.sh /path/to/nemo-rl -- python -m nemo_fp8_rl.train --recipe R "
+    "--preflight)"
+)
+
+
 def check(ctx: GuardContext) -> CheckResult:
     """Refuse an FP8 rollout whose vLLM executor NeMo RL's FP8 patches do not reach."""
     if not ctx.fp8_rollout:
         return CheckResult(CHECK, "no FP8 rollout (vllm_cfg.precision is not fp8)", skipped=True)
     source = ctx.nemo_rl.source(FP8_PY)
     if source is None:
-        return CheckResult(
-            CHECK, f"no NeMo RL tree with {FP8_PY} to judge its patches", skipped=True
-        )
+        return CheckResult(CHECK, f"not run: {NEEDS_TREE}", skipped=True)
     tp = int(ctx.get(f"{VLLM}.tensor_parallel_size", 1))
     pp = int(ctx.get(f"{VLLM}.pipeline_parallel_size", 1))
     engine = "async engine" if ctx.get(f"{VLLM}.async_engine") else "sync engine"

@@ -9,9 +9,14 @@ causes, and a record in `metrics.jsonl`:
     {"step": 12, "event": {"kind": "health", "metric": "train/token_mult_prob_error", ...}}
 
 (`event` is a nested object, so readers that take a line's numbers as metrics skip it). The
-monitor re-arms once the statistic is back inside. `run_health` judges a whole run the same
-way (the statistic over all its steps, and the events it recorded), for `compare` and the
-end-of-run summary.
+monitor re-arms once the statistic is back inside; the steps from the first outside to the last
+outside are one `Episode`. The causes listed are those of the engine that ran (`engines` in the
+table: the embedded engine has no vLLM and no NeMo RL FP8 patches).
+
+`run_health` judges a whole run for `compare` and the end-of-run summary: its verdict is the
+statistics it prints, each rule's statistic over all the run's steps against its limit
+(UNHEALTHY only when one is outside); a window that left the range and came back is listed as
+a transient episode with its steps, not taken for the run's verdict.
 """
 
 from __future__ import annotations
@@ -57,12 +62,34 @@ class Rule:
         return self.limit is not None and not value < self.limit
 
 
+ENGINES = ("nemo", "local")
+
+
 @dataclass(frozen=True)
 class HealthTable:
     rules: dict[str, list[Rule]]  # precision -> rules
     consecutive: int
-    causes: dict[str, list[str]]
+    causes: dict[str, list[tuple[str, tuple[str, ...]]]]  # metric -> (cause, its engines)
     control: dict[str, Any]
+
+    def causes_for(self, metric: str, engine: str | None) -> list[str]:
+        """The causes of `metric` that can apply on `engine` (all of them when it is unknown)."""
+        return [
+            c
+            for c, engines in self.causes.get(metric, [])
+            if engine not in ENGINES or engine in engines
+        ]
+
+
+def _causes(raw: dict[str, list[Any]]) -> dict[str, list[tuple[str, tuple[str, ...]]]]:
+    """The table's causes: `{cause, engines}` entries (a bare string applies to every engine)."""
+    return {
+        metric: [
+            (e, ENGINES) if isinstance(e, str) else (e["cause"], tuple(e["engines"]))
+            for e in entries
+        ]
+        for metric, entries in raw.items()
+    }
 
 
 @cache
@@ -84,7 +111,7 @@ def load_table(path: Path = TABLE) -> HealthTable:
                     int(window),
                 )
             )
-    return HealthTable(rules, int(raw["consecutive"]), raw["causes"], raw["control"])
+    return HealthTable(rules, int(raw["consecutive"]), _causes(raw["causes"]), raw["control"])
 
 
 def precision_of(config: Mapping[str, Any]) -> str:
@@ -140,27 +167,62 @@ class HealthEvent:
         }
 
 
+def _short(rule: Rule) -> str:
+    """`gen_kl_error median`, `token_mult_prob_error share >1.1`: a rule in a summary line."""
+    stat = "median" if rule.statistic == "median" else f"share >{rule.level:g}"
+    return f"{rule.metric.removeprefix('train/')} {stat}"
+
+
+@dataclass
+class Episode:
+    """Steps at which one rule's trailing statistic stayed outside its range (K or more in a
+    row): `first` to `last`, the worst value, and the step it came back (`back`)."""
+
+    rule: Rule
+    first: int
+    last: int
+    worst: float
+    back: int | None = None  # the step the statistic was back inside (None: still outside)
+
+    def text(self) -> str:
+        end = (
+            "still outside at the last step"
+            if self.back is None
+            else f"back in range at step {self.back}"
+        )
+        return (
+            f"{_short(self.rule)} over {self.rule.window} steps outside < {self.rule.limit:g} at steps "
+            f"{self.first}-{self.last} (worst {self.worst:.4g}; {end})"
+        )
+
+
 @dataclass
 class HealthMonitor:
-    """Watches one run's metrics step by step (module docstring)."""
+    """Watches one run's metrics step by step (module docstring); `engine` picks the causes."""
 
     precision: str
     table: HealthTable = field(default_factory=load_table)
     history: dict[str, list[float]] = field(default_factory=dict)
     streak: dict[tuple[str, str], int] = field(default_factory=dict)
+    engine: str | None = None
+    episodes: list[Episode] = field(default_factory=list)
+    _open: dict[tuple[str, str], Episode] = field(default_factory=dict)
 
-    def observe(self, step: int, metrics: Mapping[str, Any]) -> list[HealthEvent]:
-        """Feed one step's metrics; returns the events this step completes (K-th outside)."""
+    def _record(self, metrics: Mapping[str, Any]) -> set[str]:
+        """Append this step's values to the history; the metrics it logged."""
         seen = set()
         for name in {r.metric for r in self.table.rules[self.precision]}:
-            if name not in metrics:
-                continue
-            value = metrics[name]
+            value = metrics.get(name, "")
             if value is None or (isinstance(value, int | float) and not isinstance(value, bool)):
                 self.history.setdefault(name, []).append(
                     math.nan if value is None else float(value)
                 )
                 seen.add(name)  # None: logged as null, i.e. not finite
+        return seen
+
+    def observe(self, step: int, metrics: Mapping[str, Any]) -> list[HealthEvent]:
+        """Feed one step's metrics; returns the events this step completes (K-th outside)."""
+        seen = self._record(metrics)
         events = []
         for rule in self.table.rules[self.precision]:
             values = self.history.get(rule.metric, [])
@@ -170,12 +232,26 @@ class HealthMonitor:
             key = (rule.metric, rule.statistic)
             value = rule.value(values[-rule.window :])
             self.streak[key] = self.streak.get(key, 0) + 1 if rule.outside(value) else 0
+            self._track(key, rule, step, value)
             if self.streak[key] == self.table.consecutive:
-                causes = list(self.table.causes.get(rule.metric, []))
+                causes = self.table.causes_for(rule.metric, self.engine)
                 events.append(
                     HealthEvent(step, rule, value, self.precision, causes, self.streak[key])
                 )
         return events
+
+    def _track(self, key: tuple[str, str], rule: Rule, step: int, value: float) -> None:
+        """Open an episode at the K-th step outside, extend it, close it on the way back."""
+        streak, episode = self.streak[key], self._open.get(key)
+        if streak == 0 and episode is not None:
+            episode.back = step
+            del self._open[key]
+        elif streak == self.table.consecutive:
+            first = step - streak + 1
+            self._open[key] = Episode(rule, first, step, value)
+            self.episodes.append(self._open[key])
+        elif episode is not None:
+            episode.last, episode.worst = step, max(episode.worst, value)
 
     def replay(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Catch up on a resumed run's earlier steps without reporting them again."""
@@ -186,35 +262,61 @@ class HealthMonitor:
 
 @dataclass
 class RunHealth:
-    """A whole run against the table: each rule's statistic over the run, and its events."""
+    """A whole run against the table: each rule's statistic over the run (the verdict), and the
+    episodes its trailing windows spent outside (reported with their steps, not the verdict)."""
 
     precision: str
     stats: list[tuple[Rule, float | None]]
-    events: list[dict[str, Any]]
+    episodes: list[Episode]
+    engine: str | None = None
+
+    @property
+    def outside(self) -> list[tuple[Rule, float]]:
+        """The judged statistics outside their range (what makes the run UNHEALTHY)."""
+        return [(r, v) for r, v in self.stats if v is not None and r.outside(v)]
 
     @property
     def healthy(self) -> bool:
-        return not self.events and not any(v is not None and r.outside(v) for r, v in self.stats)
+        return not self.outside
 
     def line(self) -> str:
+        """`health (<precision>): healthy|UNHEALTHY: <each statistic, OK or OUT>`, then the
+        transient episodes and, when unhealthy, the causes for this engine."""
         judged = [(r, v) for r, v in self.stats if v is not None and r.limit is not None]
         shown = "; ".join(
-            f"{r.metric.removeprefix('train/')} {r.statistic.replace('_above', ' >' + format(r.level or 0, 'g'))} "
-            f"{v:.4g} ({'OK' if not r.outside(v) else 'OUT'} < {r.limit:g})"
+            f"{_short(r)} {v:.4g} ({'OK' if not r.outside(v) else 'OUT'} < {r.limit:g})"
             for r, v in judged
         )
-        verdict = "healthy" if self.healthy else f"UNHEALTHY ({len(self.events)} event(s))"
-        return f"health ({self.precision}): {verdict}" + (
+        verdict = (
+            "healthy"
+            if self.healthy
+            else f"UNHEALTHY ({len(self.outside)} statistic(s) out of range)"
+        )
+        text = f"health ({self.precision}, over all steps): {verdict}" + (
             f": {shown}" if shown else ": no mismatch metric logged"
         )
+        if self.episodes:
+            word = "window" if len(self.episodes) == 1 else "windows"
+            text += f"; {len(self.episodes)} {word} outside: " + "; ".join(
+                e.text() for e in self.episodes
+            )
+        causes = [
+            c for r, _ in self.outside for c in load_table().causes_for(r.metric, self.engine)
+        ]
+        if causes:
+            text += "; likely causes: " + "; ".join(dict.fromkeys(causes))
+        return text
 
 
 def _steps(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [r for r in records if "event" not in r]
 
 
-def run_health(records: list[Mapping[str, Any]], precision: str) -> RunHealth:
-    """Judge a run from its `metrics.jsonl` records (module docstring)."""
+def run_health(
+    records: list[Mapping[str, Any]], precision: str, engine: str | None = None
+) -> RunHealth:
+    """Judge a run from its `metrics.jsonl` records (module docstring); `engine` ("local" or
+    "nemo", from `environment.json`) filters the causes."""
     table = load_table()
     stats = []
     for rule in table.rules[precision]:
@@ -225,12 +327,13 @@ def run_health(records: list[Mapping[str, Any]], precision: str) -> RunHealth:
             and (r[rule.metric] is None or isinstance(r[rule.metric], int | float))
         ]
         stats.append((rule, rule.value(values) if values else None))
-    events = [
-        r["event"]
-        for r in records
-        if isinstance(r.get("event"), dict) and r["event"].get("kind") == "health"
-    ]
-    return RunHealth(precision, stats, events)
+    monitor = HealthMonitor(precision, table, engine=engine)
+    monitor.replay(
+        sorted(
+            _steps(records), key=lambda r: r.get("step", 0) if isinstance(r.get("step"), int) else 0
+        )
+    )
+    return RunHealth(precision, stats, monitor.episodes, engine)
 
 
 def median_of(records: list[Mapping[str, Any]], metric: str) -> float | None:

@@ -29,6 +29,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import ProblemsError
+
 FP8_BLOCK, MXFP8, BAD_SCALE, BF16 = "fp8-block", "mxfp8", "fp8-bad-scale", "bf16"
 BLOCK, MX_BLOCK = 128, 32
 ROUTER = re.compile(r"(^|\.)(mlp\.gate|router|gate)$")
@@ -160,20 +162,16 @@ def kept_bf16(name: str, vllm_cfg: dict[str, Any], num_layers: int) -> str | Non
     return None
 
 
-class ServedPrecisionError(RuntimeError):
-    """The generation side does not serve the precision the recipe asks for."""
+class ServedPrecisionError(ProblemsError, RuntimeError):
+    """The generation side does not serve the precision the recipe asks for: the user's to fix
+    (the recipe, the environment that serves it), reported located with every wrong layer."""
 
     def __init__(self, where: str, problems: list[str], fix: str) -> None:
-        self.where, self.problems, self.fix = where, list(problems), fix
-        shown = "\n".join(f"  - {p}" for p in problems[:12])
-        more = f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else ""
-        super().__init__(
-            f"error: {where}: the generation engine does not serve what the recipe says "
-            f"[served-precision, NVIDIA-NeMo/RL#3755]:\n{shown}{more}\nFix: {fix}"
+        what = (
+            "the generation engine does not serve what the recipe says "
+            "[served-precision, NVIDIA-NeMo/RL#3755]"
         )
-
-    def __reduce__(self) -> tuple[type, tuple[str, list[str], str]]:
-        return type(self), (self.where, self.problems, self.fix)
+        super().__init__(where, what, problems, fix)
 
 
 def expected_precision(vllm_cfg: dict[str, Any], low_bit: str | None = None) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.names import hf_to_engine
 from nemo_fp8_rl.refit.plan import RefitPlan
@@ -75,18 +76,19 @@ def export_checkpoint(
     weight_map: dict[str, int] = {}
     total = 0
     for bucket in stream_refit(named_tensors, plan, bucket_bytes=shard_bytes):
-        save_file(bucket.tensors, out / f"part-{bucket.index}.tmp", metadata={"format": "pt"})
+        part = out / f"part-{bucket.index}.tmp"  # out: write_swapped's new temporary folder
+        save_file(bucket.tensors, part, metadata={"format": "pt"})  # safe-write: private
         weight_map.update(dict.fromkeys(bucket.tensors, bucket.index))
         total += bucket.nbytes
         count = bucket.index + 1
     for i in range(count):
-        (out / f"part-{i}.tmp").rename(out / _shard_name(i, count))
+        (out / f"part-{i}.tmp").rename(out / _shard_name(i, count))  # safe-write: rename
     index = {
         "metadata": {"total_size": total},
         "weight_map": {name: _shard_name(i, count) for name, i in sorted(weight_map.items())},
     }
-    (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
-    (out / "config.json").write_text(json.dumps(engine_config(config, plan), indent=2) + "\n")
+    write_atomic(out / "model.safetensors.index.json", json.dumps(index, indent=2) + "\n")
+    write_atomic(out / "config.json", json.dumps(engine_config(config, plan), indent=2) + "\n")
     return out
 
 
@@ -219,7 +221,7 @@ def convert_checkpoint(
             ) from exc
         for name in _SIDE_FILES:
             if (src / name).is_file():
-                shutil.copy2(src / name, tmp / name)
+                shutil.copy2(src / name, tmp / name)  # safe-write: private
 
     write_swapped(out, write)
     return plan

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 NamedTensor = tuple[str, torch.Tensor]
 
 _LAYER = re.compile(r"^decoder\.layers\.(\d+)\.(.+)$")
@@ -57,8 +59,17 @@ _IN_LAYER = {
 }
 
 
-class MappingError(ValueError):
+class MappingError(UsageError, ValueError):
     """A parameter name or shape that the mapping does not know how to convert."""
+
+
+FIX_LAYOUT = (
+    "give the model's head counts from its config.json (both positive, heads a multiple of groups)"
+)
+FIX_MODEL = (
+    "use a Llama/Qwen3 dense or Qwen3-MoE model (local or Transformer Engine spec), the ones the "
+    "mapping supports"
+)
 
 
 @dataclass(frozen=True)
@@ -71,11 +82,14 @@ class AttentionLayout:
 
     def __post_init__(self) -> None:
         if min(self.num_attention_heads, self.num_query_groups, self.head_dim) < 1:
-            raise MappingError(f"attention layout must be positive, got {self}")
+            raise MappingError(
+                "attention layout", f"head counts must be positive, got {self}", FIX_LAYOUT
+            )
         if self.num_attention_heads % self.num_query_groups:
             raise MappingError(
-                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
-                f"num_query_groups={self.num_query_groups}"
+                f"num_attention_heads={self.num_attention_heads}",
+                f"not a multiple of num_query_groups={self.num_query_groups}",
+                FIX_LAYOUT,
             )
 
     @classmethod
@@ -106,8 +120,9 @@ def split_qkv(fused: torch.Tensor, layout: AttentionLayout, name: str) -> tuple[
     rows = g * (per_group + 2) * d
     if fused.shape[0] != rows:
         raise MappingError(
-            f"{name}: fused QKV has {fused.shape[0]} rows but {layout} needs "
-            f"G·(H/G + 2)·d = {rows}; pass the model's real head counts"
+            name,
+            f"fused QKV has {fused.shape[0]} rows but {layout} needs G·(H/G + 2)·d = {rows}",
+            "pass the model's real head counts",
         )
     rest = tuple(fused.shape[1:])
     grouped = fused.reshape(g, per_group + 2, d, *rest)
@@ -121,7 +136,7 @@ def split_gate_up(fused: torch.Tensor, name: str) -> tuple[torch.Tensor, torch.T
     """Split a gated `linear_fc1` (`[gate; up]`, dim 0) into HF gate_proj and up_proj."""
     if fused.shape[0] % 2:
         raise MappingError(
-            f"{name}: gated linear_fc1 needs an even row count, got {fused.shape[0]}"
+            name, f"gated linear_fc1 needs an even row count, got {fused.shape[0]}", FIX_MODEL
         )
     gate, up = fused.chunk(2, dim=0)
     return gate.contiguous(), up.contiguous()
@@ -151,8 +166,7 @@ def _megatron_layer(
         gate, up = split_gate_up(tensor, name)
         return [(base + "gate_proj.weight", gate), (base + "up_proj.weight", up)]
     raise MappingError(
-        f"{name}: no HF equivalent known for Megatron parameter '{rest}' of layer {layer}; "
-        "supported are Llama/Qwen3 dense and Qwen3-MoE layers (local or Transformer Engine spec)"
+        name, f"no HF equivalent known for Megatron parameter '{rest}' of layer {layer}", FIX_MODEL
     )
 
 
@@ -170,8 +184,10 @@ def megatron_to_hf(name: str, tensor: torch.Tensor, layout: AttentionLayout) -> 
     match = _LAYER.match(name)
     if match is None:
         raise MappingError(
-            f"{name}: not a Megatron-Core GPT parameter name (expected 'embedding.*', "
-            "'decoder.layers.<i>.*', 'decoder.final_layernorm.weight' or 'output_layer.weight')"
+            name,
+            "not a Megatron-Core GPT parameter name (expected 'embedding.*', "
+            "'decoder.layers.<i>.*', 'decoder.final_layernorm.weight' or 'output_layer.weight')",
+            FIX_MODEL,
         )
     return _megatron_layer(int(match.group(1)), match.group(2), tensor, layout, name)
 
@@ -201,7 +217,9 @@ def hf_to_engine(named_tensors: Iterable[NamedTensor]) -> Iterator[NamedTensor]:
         base, kind = match.groups()
         if tensor.dim() != 3:
             raise MappingError(
-                f"{name}: fused experts must be 3-D [experts, out, in], got {list(tensor.shape)}"
+                name,
+                f"fused experts must be 3-D [experts, out, in], got {list(tensor.shape)}",
+                FIX_MODEL,
             )
         for e in range(tensor.shape[0]):
             if kind == "down_proj":

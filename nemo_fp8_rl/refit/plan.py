@@ -31,6 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.refit.names import layer_index
 
@@ -51,7 +52,7 @@ _QUANT_TO_SCHEME: dict[str | None, Scheme] = {
 _GRANULARITY = {"block": "blockwise", "tensor": "tensorwise", "channel": "per_channel"}
 
 
-class RefitPlanError(ValueError):
+class RefitPlanError(UsageError, ValueError):
     """The recipe asks for a refit this bridge cannot produce exactly."""
 
 
@@ -188,14 +189,16 @@ def _scheme_from_config(config: Mapping[str, Any]) -> Scheme:
         return "bf16"
     if vllm.get("is_mx"):
         raise RefitPlanError(
-            "policy.generation.vllm_cfg.is_mx: MXFP8 rollout is not supported by this refit bridge; "
-            "set is_mx: false for block-scaled FP8"
+            "policy.generation.vllm_cfg.is_mx",
+            "MXFP8 rollout is not supported by this refit bridge",
+            "set is_mx: false for block-scaled FP8",
         )
     quant = _get(config, "policy.generation.vllm_kwargs.quantization")
     if quant not in _QUANT_TO_SCHEME:
         raise RefitPlanError(
-            f"policy.generation.vllm_kwargs.quantization: {quant!r} is not an FP8 scheme the bridge "
-            f"can produce; use one of {sorted(k for k in _QUANT_TO_SCHEME if k)} or leave it unset"
+            "policy.generation.vllm_kwargs.quantization",
+            f"{quant!r} is not an FP8 scheme the bridge can produce",
+            f"use one of {sorted(k for k in _QUANT_TO_SCHEME if k)} or leave it unset",
         )
     return _QUANT_TO_SCHEME[quant]
 
@@ -222,8 +225,9 @@ def _layer_count(vllm: Mapping[str, Any], key: str) -> int:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise RefitPlanError(
-            f"policy.generation.vllm_cfg.{key}: {value!r} is not a number of layers. "
-            "Fix: give a whole number >= 0 (0 keeps no layer in BF16)"
+            f"policy.generation.vllm_cfg.{key}",
+            f"{value!r} is not a number of layers",
+            "give a whole number >= 0 (0 keeps no layer in BF16)",
         )
     return value
 
@@ -239,9 +243,10 @@ def select_quantized(names: list[str], vllm: Mapping[str, Any]) -> tuple[set[str
     kws = list(vllm.get("quantization_ignored_layer_kws") or [])
     if not all(isinstance(kw, str) and kw.strip() for kw in kws):
         raise RefitPlanError(
-            f"policy.generation.vllm_cfg.quantization_ignored_layer_kws: {kws!r} holds an empty "
-            "or non-text keyword, which every layer name contains (so no layer would be FP8). "
-            "Fix: give keywords that name modules, e.g. [lm_head, mlp.gate]"
+            "policy.generation.vllm_cfg.quantization_ignored_layer_kws",
+            f"{kws!r} holds an empty "
+            "or non-text keyword, which every layer name contains (so no layer would be FP8)",
+            "give keywords that name modules, e.g. [lm_head, mlp.gate]",
         )
     fp8: set[str] = set()
     reasons: dict[str, str] = {}

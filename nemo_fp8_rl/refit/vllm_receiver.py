@@ -16,12 +16,14 @@ engine needs them moved by path instead (`write_refit_dir` + `reload_weights(wei
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.safe_files import refuse_link
 from nemo_fp8_rl.refit.errors import RefitError
 from nemo_fp8_rl.refit.export import checkpoint_shapes
 from nemo_fp8_rl.refit.plan import misaligned_block_shards
@@ -102,14 +104,22 @@ class VllmReceiver:
 
 
 def write_refit_dir(items: list[tuple[str, torch.Tensor]], out_dir: str | Path) -> Path:
-    """Write verified engine tensors as one safetensors file for `reload_weights(weights_path=)`."""
+    """Write verified engine tensors as `model.safetensors` in `out_dir` for
+    `reload_weights(weights_path=)`: into a temporary sibling this process creates (O_EXCL,
+    never a link), renamed over the file; nothing else in the folder is touched."""
+    import tempfile
+
     from safetensors.torch import save_file
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for stale in out.glob("*.safetensors*"):
-        stale.unlink()
-    tmp = out / "model.safetensors.tmp"
-    save_file(dict(items), tmp, metadata={"format": "pt"})
-    tmp.rename(out / "model.safetensors")
+    target = out / "model.safetensors"
+    refuse_link(target)
+    fd, tmp = tempfile.mkstemp(dir=out, prefix=".model.safetensors.", suffix=".tmp")
+    os.close(fd)
+    try:
+        save_file(dict(items), tmp, metadata={"format": "pt"})  # safe-write: private
+        os.replace(tmp, target)  # safe-write: rename
+    finally:
+        Path(tmp).unlink(missing_ok=True)
     return out

@@ -6,7 +6,11 @@ directory under one of the names a run writes there (`RUN_OUTPUTS`: `checkpoints
 by hand. Nothing else is ever removed by `--overwrite` or a new run: a hand-set
 `checkpointing.checkpoint_dir` or `logger.log_dir` is the user's folder, whatever it holds.
 `remove_ours` removes such paths once all pass (`check_removable`), so a refusal removes
-nothing.
+nothing. Inside an output folder it removes entry by entry only what the project's record of a
+run's writers names (`OUTPUT_ENTRIES`: `step_N` checkpoints, `latest`, `tb/`, `exp_N/`, the
+model's files, ...), and inside a checkpoint that carries the embedded engine's `manifest.json`
+only the files the manifest lists: a user's notebook in `logs/` or a kept checkpoint copy
+(`checkpoints/step_10-keep`) stays, and is named.
 
 `check_hand_set` runs before a run uses a hand-set output folder (train, its dry run, submit,
 and each seed of --seeds), after the place checks made at load (`config.output_paths`: `/`,
@@ -19,6 +23,7 @@ does not remove them: they are not ours to delete).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -26,7 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue, RecipeError
+from nemo_fp8_rl.config.errors import Problem, RecipeError
 from nemo_fp8_rl.config.output_paths import hand_set
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.schema import PATH_KEYS
@@ -50,6 +55,19 @@ NEMO_RL_ENTRIES = {
     "logger.log_dir": re.compile(r"exp_\d+"),
 }
 MAX_SHOWN = 5
+# What the project's writers (and NeMo RL's, in the folders it is handed) create inside each
+# output folder of the run directory: the record `remove_ours` deletes by, entry by entry.
+OUTPUT_ENTRIES = {
+    "checkpoints": re.compile(r"(tmp_)?step_\d+|\.tmp_step_\d+_\w+|latest|\.latest\.\w+\.tmp"),
+    "logs": re.compile(r"tb|wandb|mlflow|exp_\d+"),
+    "model": re.compile(
+        r"config\.json|generation_config\.json|model[\w.-]*\.safetensors(\.index\.json)?"
+        r"|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json"
+        r"|vocab\.\w+|merges\.txt|chat_template\.\w+|\.model\.\w+"
+    ),
+    "nemo-inputs": re.compile(r"model|(train|validation)\.jsonl|\.[\w.-]+\.tmp"),
+}
+CHECKPOINT_MANIFEST = "manifest.json"  # the embedded engine's record of a checkpoint's files
 
 
 class NotOurs(UsageError):
@@ -100,17 +118,67 @@ def check_removable(
             )
 
 
-def remove_ours(paths: Iterable[Path], run_dir: Path, hand_set_paths: Iterable[Path] = ()) -> None:
-    """Delete every one of `paths` (folders with what they hold) once all of them pass
-    `ours_to_delete` (`check_removable` first: a refusal removes nothing); a missing path is
-    nothing to do."""
+def remove_ours(
+    paths: Iterable[Path], run_dir: Path, hand_set_paths: Iterable[Path] = ()
+) -> list[Path]:
+    """Delete what a run created among `paths` once all of them pass `ours_to_delete`
+    (`check_removable` first: a refusal removes nothing); a missing path is nothing to do.
+    A folder loses only the entries `OUTPUT_ENTRIES` records for it (`_remove_recorded`) and
+    goes when nothing else is left; returns what was kept (not a run's), for the caller to name."""
     paths, mine = [Path(p) for p in paths], list(hand_set_paths)
     check_removable(paths, run_dir, mine)
+    kept: list[Path] = []
     for path in paths:
         if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif path.exists():
+            kept += _remove_recorded(path, OUTPUT_ENTRIES.get(path.name))
+        elif path.exists() or path.is_symlink():
             path.unlink()
+    return kept
+
+
+def _remove_recorded(folder: Path, entries: re.Pattern[str] | None) -> list[Path]:
+    """Remove from `folder` the entries `entries` names (all, for a folder of no record, such
+    as `pythonpath`), a checkpoint with a manifest file by file; the folder itself when empty.
+    Links are removed as links, never followed. Returns the entries kept."""
+    kept = []
+    for entry in sorted(folder.iterdir()):
+        if entries is not None and not entries.fullmatch(entry.name):
+            kept.append(entry)
+        elif entry.is_symlink() or not entry.is_dir():
+            entry.unlink()
+        elif (entry / CHECKPOINT_MANIFEST).is_file():
+            kept += _remove_manifest(entry)
+        else:
+            shutil.rmtree(entry)
+    if not kept:
+        folder.rmdir()
+    return kept
+
+
+def _remove_manifest(step: Path) -> list[Path]:
+    """Remove the files a checkpoint's manifest lists, the manifest, and the folder when that
+    leaves it empty; anything else in it (a user's file) is kept and returned."""
+    try:
+        listed = json.loads((step / CHECKPOINT_MANIFEST).read_text(encoding="utf-8"))["files"]
+        names = {str(n) for n in listed} | {CHECKPOINT_MANIFEST}
+    except (OSError, ValueError, KeyError, TypeError):
+        return [step]  # no record to delete by: kept whole
+    kept = []
+    for entry in sorted(step.iterdir()):
+        if entry.name in names and (entry.is_symlink() or not entry.is_dir()):
+            entry.unlink()
+        else:
+            kept.append(entry)
+    if not kept:
+        step.rmdir()
+    return kept
+
+
+def kept_note(kept: list[Path]) -> str:
+    """One line naming what `remove_ours` kept (the first `MAX_SHOWN`, then how many more)."""
+    shown = ", ".join(str(p) for p in kept[:MAX_SHOWN])
+    more = f", and {len(kept) - MAX_SHOWN} more" if len(kept) > MAX_SHOWN else ""
+    return f"kept {shown}{more}: not written by a run, so not removed"
 
 
 def hand_set_paths(recipe: Any) -> list[Path]:
@@ -127,7 +195,7 @@ def check_hand_set(recipe: Any, *, resume: bool = False, overwrite: bool = False
     """Refuse a hand-set output folder a run of `recipe` must not use (module docstring);
     every problem is listed, each at the file that set the key."""
     name = recipe.config["logger"]["wandb"]["name"]
-    issues: list[ConfigIssue] = []
+    issues: list[Problem] = []
     for key in PATH_KEYS:
         if not hand_set(recipe.provenance, key):
             continue
@@ -135,9 +203,7 @@ def check_hand_set(recipe: Any, *, resume: bool = False, overwrite: bool = False
         folder = Path(recipe.config[section][leaf])
         problem = _folder_problem(key, folder, name, resume=resume, overwrite=overwrite)
         if problem is not None:
-            issues.append(
-                ConfigIssue(key, f"{folder}: {problem[0]}", problem[1], _src(recipe, key))
-            )
+            issues.append(Problem(key, f"{folder}: {problem[0]}", problem[1], _src(recipe, key)))
     if issues:
         raise RecipeError(recipe.name, issues)
 

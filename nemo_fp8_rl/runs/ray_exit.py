@@ -26,6 +26,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 
+from nemo_fp8_rl.config.user_error import render
+
 CHILD = "NEMO_FP8_RL_SUPERVISED"  # set in the child: it trains, it does not supervise again
 MARK = "Failed to register worker to Raylet"
 ATTEMPTS = 3
@@ -97,9 +99,11 @@ def located(code: int, attempt: int, attempts: int) -> str:
     )
     if attempt < attempts:
         return f"{head} Retrying the same command (attempt {attempt + 1} of {attempts})."
-    return (
-        f"{head} Gave up after {attempts} attempts. Fix: run again when the machine is less "
-        "busy (see `uptime`), or set NEMO_FP8_RL_RAY_REGISTER_ATTEMPTS higher"
+    return render(
+        "",
+        f"{head} Gave up after {attempts} attempts",
+        "run again when the machine is less busy (see `uptime`), or set "
+        "NEMO_FP8_RL_RAY_REGISTER_ATTEMPTS higher",
     )
 
 

@@ -32,7 +32,7 @@ from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs.lock import LOCK_NAME
-from nemo_fp8_rl.runs.outputs import check_removable, remove_ours
+from nemo_fp8_rl.runs.outputs import check_removable, kept_note, remove_ours
 from nemo_fp8_rl.runs.seeds import SUMMARY_NAME, seed_of_dir
 
 # Keys that may differ between a run and its resumption (run length, logging, output places).
@@ -193,7 +193,7 @@ def _check_saved(
         saved = load_yaml_file(saved_path) or {}
         saved_name = saved.get("logger", {}).get("wandb", {}).get("name")
     except (RecipeError, AttributeError) as exc:
-        why = exc.issues[0].problem if isinstance(exc, RecipeError) else "not a recipe"
+        why = exc.issues[0].what if isinstance(exc, RecipeError) else "not a recipe"
         raise RunDirError(
             saved_path,
             f"cannot read the saved recipe ({why})",
@@ -246,7 +246,9 @@ def prepare(
     check_owner(run_dir, config, resume=resume, overwrite=overwrite)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
-        remove_ours([run_dir / s for s in STALE], run_dir)  # a link there: refused, kept
+        kept = remove_ours([run_dir / s for s in STALE], run_dir)  # a link: refused, kept
+        if kept:
+            print(f"note: {run_dir}: {kept_note(kept)}", file=sys.stderr)
     atomic_write(run_dir / "recipe.yaml", recipe_yaml)
 
 
@@ -271,6 +273,16 @@ def _earlier(path: Path) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return env if isinstance(env, dict) and env.get("pid") == os.getpid() else {}
+
+
+def read_environment(run_dir: Path) -> dict[str, Any] | None:
+    """The run's `environment.json` (engine, generator, NeMo RL, versions), or None when it has
+    none or it does not parse as a JSON object."""
+    try:
+        env = json.loads((run_dir / "environment.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return env if isinstance(env, dict) else None
 
 
 def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:

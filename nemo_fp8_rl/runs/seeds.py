@@ -45,7 +45,7 @@ MAX_SEEDS = 1000
 _ITEM = re.compile(r"\s*(-?\d+)\s*(?:-\s*(-?\d+)\s*)?")
 
 
-class SeedSpecError(ValueError):
+class SeedSpecError(UsageError, ValueError):
     """A `--seeds` value that does not parse; the message shows the accepted forms."""
 
 
@@ -61,26 +61,30 @@ def parse_seeds(text: str) -> list[int]:
         match = _ITEM.fullmatch(item)
         if not match:
             raise SeedSpecError(
-                f"--seeds {text!r}: {item.strip()!r} is not a seed or a range. Fix: give seeds "
-                "as a comma-separated list and/or inclusive ranges, e.g. 1,2,3 or 1-5 or 1-3,7"
+                f"--seeds {text!r}",
+                f"{item.strip()!r} is not a seed or a range",
+                "give seeds "
+                "as a comma-separated list and/or inclusive ranges, e.g. 1,2,3 or 1-5 or 1-3,7",
             )
         try:
             low = parse_int(match.group(1))
             high = parse_int(match.group(2)) if match.group(2) is not None else low
         except NumberTooLong as exc:
             raise SeedSpecError(
-                f"--seeds {shown(text)!r}: {exc}. Fix: give seeds below 2**32, e.g. 1-5"
+                f"--seeds {shown(text)!r}", exc, "give seeds below 2**32, e.g. 1-5"
             ) from exc
         if low < 0 or high < low:
             raise SeedSpecError(
-                f"--seeds {text!r}: {item.strip()!r} is not a range of non-negative seeds "
-                "(low-high, low <= high). Fix: e.g. 1-5"
+                f"--seeds {text!r}",
+                f"{item.strip()!r} is not a range of non-negative seeds (low-high, low <= high)",
+                "e.g. 1-5",
             )
         if high - low + 1 + len(seeds) > MAX_SEEDS:
             raise SeedSpecError(
-                f"--seeds {text!r}: more than {MAX_SEEDS} seeds in one launch "
-                f"({item.strip()!r} alone is {high - low + 1}). Fix: give at most {MAX_SEEDS} "
-                "seeds, e.g. 1-10, and launch further ranges separately"
+                f"--seeds {text!r}",
+                f"more than {MAX_SEEDS} seeds in one launch "
+                f"({item.strip()!r} alone is {high - low + 1})",
+                f"give at most {MAX_SEEDS} seeds, e.g. 1-10, and launch further ranges separately",
             )
         seeds.update(range(low, high + 1))
     return sorted(seeds)
@@ -115,8 +119,9 @@ def check_overrides(overrides: Sequence[str]) -> None:
     clash = [o for o in overrides if o.split("=", 1)[0].strip().lstrip("+~") == SEED_KEY]
     if clash:
         raise SeedSpecError(
-            f"--seeds: sets {SEED_KEY} for each run, but the overrides also set it ({clash[0]}). "
-            f"Fix: drop the {SEED_KEY} override, or drop --seeds"
+            "--seeds",
+            f"sets {SEED_KEY} for each run, but the overrides also set it ({clash[0]})",
+            f"drop the {SEED_KEY} override, or drop --seeds",
         )
 
 
@@ -187,7 +192,7 @@ def train_command(
 def _open_log(path: Path):
     """A seed's log, truncated, opened for writing without following a link."""
     fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    return os.fdopen(fd, "w", encoding="utf-8")
+    return os.fdopen(fd, "w", encoding="utf-8")  # safe-write: fd (open_nofollow)
 
 
 class _Child:

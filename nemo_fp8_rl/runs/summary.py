@@ -80,10 +80,12 @@ def summary_lines(run_dir: Path, records: list[dict]) -> list[str]:
 
 def health_line(run_dir: Path, records: list[dict]) -> str | None:
     """The run's health against `guards/health_ranges.yaml` for its precision (from its
-    `recipe.yaml`), or None without a readable recipe.yaml."""
+    `recipe.yaml`; causes for the engine its `environment.json` names), or None without a
+    readable recipe.yaml."""
     import yaml
 
     from nemo_fp8_rl.guards.health import precision_of, run_health
+    from nemo_fp8_rl.runs.rundir import read_environment
 
     path = run_dir / "recipe.yaml"
     try:
@@ -92,7 +94,8 @@ def health_line(run_dir: Path, records: list[dict]) -> str | None:
         return None
     if not isinstance(config, dict):
         return None
-    return run_health(records, precision_of(config)).line()
+    engine = (read_environment(run_dir) or {}).get("engine")
+    return run_health(records, precision_of(config), engine).line()
 
 
 def next_lines(run_dir: Path) -> list[str]:

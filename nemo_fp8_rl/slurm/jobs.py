@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from nemo_fp8_rl.config.safe_files import write_atomic
-from nemo_fp8_rl.config.user_error import shown
+from nemo_fp8_rl.config.user_error import UserError, shown
 
 FINAL_STATES = frozenset(
     {
@@ -42,7 +42,7 @@ FINAL_STATES = frozenset(
 _JOB_ID = re.compile(r"\d+(_\d+)?")
 
 
-class SlurmError(RuntimeError):
+class SlurmError(UserError, RuntimeError):
     """A Slurm command failed or is missing; the message holds the command and its output."""
 
 
@@ -64,8 +64,9 @@ def check_job_id(job_id: str) -> str:
     """A Slurm job id (`123` or `123_4`); anything else is refused before reaching a command."""
     if not _JOB_ID.fullmatch(job_id):
         raise SlurmError(
-            f"job id {job_id!r}: not a Slurm job id (digits, or digits_digits for an array "
-            "task). Fix: pass the number sbatch printed"
+            f"job id {job_id!r}",
+            "not a Slurm job id (digits, or digits_digits for an array task)",
+            "pass the number sbatch printed",
         )
     return job_id
 
@@ -80,8 +81,9 @@ def command_timeout() -> float:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
         raise SlurmError(
-            f"NEMO_FP8_RL_SLURM_TIMEOUT_S={shown(text)!r}: not a finite number of seconds > 0. "
-            "Fix: set it to e.g. 60, or unset it"
+            f"NEMO_FP8_RL_SLURM_TIMEOUT_S={shown(text)!r}",
+            "not a finite number of seconds > 0",
+            "set it to e.g. 60, or unset it",
         )
     return value
 
@@ -100,9 +102,10 @@ def _answer(cmd: list[str], timeout: float | None) -> subprocess.CompletedProces
             os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise SlurmError(
-            f"{' '.join(cmd)}: no answer in {timeout:g} s (the Slurm controller may be down or "
-            "overloaded). Fix: check the cluster with sinfo and run it again; "
-            "NEMO_FP8_RL_SLURM_TIMEOUT_S sets the wait"
+            f"{' '.join(cmd)}",
+            f"no answer in {timeout:g} s (the Slurm controller may be down or overloaded)",
+            "check the cluster with sinfo and run it again; "
+            "NEMO_FP8_RL_SLURM_TIMEOUT_S sets the wait",
         ) from None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
@@ -117,14 +120,15 @@ def _run(
     `SlurmError` whose line says which command, what Slurm answered, and `fix`."""
     if shutil.which(cmd[0]) is None:
         raise SlurmError(
-            f"{cmd[0]}: not found (Slurm's client commands are not installed here). Fix: run on a "
-            "Slurm login node, or start a local cluster with scripts/local-slurm.sh up"
+            f"{cmd[0]}",
+            "not found (Slurm's client commands are not installed here)",
+            "run on a Slurm login node, or start a local cluster with scripts/local-slurm.sh up",
         )
     proc = _answer(cmd, timeout)
     if check and proc.returncode != 0:
         said = " ".join(proc.stderr.split()).rstrip(".") or "no message"
         raise SlurmError(
-            f"{' '.join(cmd)}: failed (exit {proc.returncode}): {said}. Fix: {fix.rstrip('.')}"
+            f"{' '.join(cmd)}", f"failed (exit {proc.returncode}): {said}", f"{fix.rstrip('.')}"
         )
     return proc
 
@@ -170,8 +174,9 @@ def check_syntax(script: Path) -> None:
     if proc.returncode != 0:
         said = " ".join(proc.stderr.split()).rstrip(".")
         raise SlurmError(
-            f"{script}: the rendered script does not parse ({said}). Fix: check --template "
-            "and the recipe's slurm.setup_command and slurm.env values"
+            script,
+            f"the rendered script does not parse ({said})",
+            "check --template and the recipe's slurm.setup_command and slurm.env values",
         )
 
 

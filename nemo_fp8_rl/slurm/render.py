@@ -14,6 +14,7 @@ import shlex
 from pathlib import Path
 from string import Template
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.slurm.spec import JobSpec
 
 TEMPLATE_NAME = "ray-job.sbatch"
@@ -127,9 +128,10 @@ def render_sbatch(spec: JobSpec, template: Path | None = None) -> str:
     """The complete sbatch script for `spec` (bash), from `template` or the project's default."""
     path = Path(template) if template is not None else default_template()
     if not path.is_file():
-        raise FileNotFoundError(
-            f"sbatch template {path} not found. Fix: pass --template FILE or set NEMO_FP8_RL_HOME "
-            "to the project checkout that holds slurm/"
+        raise UserError(
+            f"sbatch template {path}",
+            "not found",
+            "pass --template FILE or set NEMO_FP8_RL_HOME to the project checkout that holds slurm/",
         )
     text = _Template(path.read_text())
     try:

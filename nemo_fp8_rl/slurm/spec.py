@@ -16,13 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import UsageError
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SBATCH_FLAG = re.compile(r"--?[A-Za-z][A-Za-z0-9-]*")
 _TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}|\d+-\d+|UNLIMITED|INFINITE", re.IGNORECASE)
 
 
-class JobSpecError(ValueError):
+class JobSpecError(UsageError, ValueError):
     """A value cannot be put into an sbatch script; the message says which, why and how to fix it."""
 
 
@@ -75,9 +77,11 @@ def reject_control(value: str, where: str) -> str:
     match = _CONTROL.search(value)
     if match:
         raise JobSpecError(
-            f"{where}: value {value!r} contains the control character {match.group()!r} "
+            where,
+            f"value {value!r} contains the control character {match.group()!r} "
             f"at position {match.start()}; newlines and control characters cannot be passed to a "
-            "job script. Fix: remove it from the recipe or flag"
+            "job script",
+            "remove it from the recipe or flag",
         )
     return value
 
@@ -86,12 +90,14 @@ def check_header_value(value: str, where: str) -> str:
     """A value for an `#SBATCH` line: no control characters, no `"` or `\\` (sbatch parses them)."""
     reject_control(value, where)
     if not value:
-        raise JobSpecError(f"{where}: empty value. Fix: give a value or leave the setting unset")
+        raise JobSpecError(where, "empty value", "give a value or leave the setting unset")
     bad = sorted({c for c in value if c in '"\\'})
     if bad:
         raise JobSpecError(
-            f"{where}: value {value!r} contains {' and '.join(bad)}, which sbatch's #SBATCH parser "
-            "treats as quoting. Fix: remove those characters"
+            where,
+            f"value {value!r} contains {' and '.join(bad)}, which sbatch's #SBATCH parser "
+            "treats as quoting",
+            "remove those characters",
         )
     return value
 
@@ -101,7 +107,7 @@ def check_time(value: str, where: str = "slurm.time") -> str:
     check_header_value(value, where)
     if not _TIME.fullmatch(value):
         raise JobSpecError(
-            f"{where}: {value!r} is not a Slurm time limit. Fix: use HH:MM:SS, D-HH:MM:SS or minutes"
+            where, f"{value!r} is not a Slurm time limit", "use HH:MM:SS, D-HH:MM:SS or minutes"
         )
     return value
 
@@ -111,8 +117,10 @@ def check_mount(mount: str, where: str) -> str:
     reject_control(mount, where)
     if not mount or "," in mount or mount.count(":") > 2 or not mount.split(":")[0]:
         raise JobSpecError(
-            f"{where}: {mount!r} is not a mount of the form SRC[:DST[:FLAGS]]. Fix: one mount per "
-            "list item (or comma-separated on the command line), with no empty items or sources"
+            where,
+            f"{mount!r} is not a mount of the form SRC[:DST[:FLAGS]]",
+            "one mount per "
+            "list item (or comma-separated on the command line), with no empty items or sources",
         )
     return mount
 
@@ -123,8 +131,9 @@ def check_env(env: Mapping[str, Any], where: str = "slurm.env") -> tuple[tuple[s
     for name, value in env.items():
         if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
             raise JobSpecError(
-                f"{where}: {name!r} is not a valid environment variable name. "
-                "Fix: use letters, digits and underscores, not starting with a digit"
+                where,
+                f"{name!r} is not a valid environment variable name",
+                "use letters, digits and underscores, not starting with a digit",
             )
         text = "" if value is None else str(value)
         items.append((name, reject_control(text, f"{where}.{name}")))
@@ -137,7 +146,7 @@ def check_sbatch_arg(arg: str, where: str) -> str:
     flag = arg.split("=", 1)[0]
     if not _SBATCH_FLAG.fullmatch(flag):
         raise JobSpecError(
-            f"{where}: {arg!r} is not an sbatch option. Fix: write it as --name or --name=value"
+            where, f"{arg!r} is not an sbatch option", "write it as --name or --name=value"
         )
     return arg
 
@@ -150,8 +159,9 @@ def split_mounts(text: str) -> tuple[str, ...]:
 def _positive_int(value: Any, where: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise JobSpecError(
-            f"{where}: expected an integer >= {minimum}, got {value!r}. Fix: give a whole number "
-            f">= {minimum}"
+            where,
+            f"expected an integer >= {minimum}, got {value!r}",
+            f"give a whole number >= {minimum}",
         )
     return value
 
@@ -180,8 +190,10 @@ def build_job_spec(
         if isinstance(value, str) and not value.strip():
             flag = "--" + name.replace("_", "-")
             raise JobSpecError(
-                f"{flag}: empty value. Fix: give a value, or leave {flag} out to use the "
-                f"recipe's slurm.{name} (or the default)"
+                flag,
+                "empty value",
+                f"give a value, or leave {flag} out to use the "
+                f"recipe's slurm.{name} (or the default)",
             )
     cfg.update({k: v for k, v in (flags or {}).items() if v is not None})
     cluster = recipe.config.get("cluster") or {}
@@ -193,9 +205,10 @@ def build_job_spec(
     )
     if mounts and not container:  # pyxis mounts exist only inside a container
         raise JobSpecError(
-            "slurm.mounts / --mounts: mounts are set but no container, and without one the job "
-            "runs on the node's own file system, which mounts nothing. Fix: add --container "
-            "IMAGE (or slurm.container), or drop the mounts"
+            "slurm.mounts / --mounts",
+            "mounts are set but no container, and without one the job "
+            "runs on the node's own file system, which mounts nothing",
+            "add --container IMAGE (or slurm.container), or drop the mounts",
         )
     spec = JobSpec(
         job_name=check_header_value(str(cfg.get("job_name") or recipe.name), "job name"),
@@ -237,8 +250,10 @@ def _array_seeds(seeds: Iterable[int]) -> tuple[int, ...]:
     out = tuple(sorted({_positive_int(s, "--seeds", 0) for s in seeds}))
     if out and out[-1] > MAX_ARRAY_INDEX:
         raise JobSpecError(
-            f"--seeds: seed {out[-1]} cannot be a Slurm array task id (Slurm's default "
-            f"MaxArraySize allows 0-{MAX_ARRAY_INDEX}). Fix: use seeds up to {MAX_ARRAY_INDEX}"
+            "--seeds",
+            f"seed {out[-1]} cannot be a Slurm array task id (Slurm's default "
+            f"MaxArraySize allows 0-{MAX_ARRAY_INDEX})",
+            f"use seeds up to {MAX_ARRAY_INDEX}",
         )
     return out
 
@@ -248,15 +263,17 @@ def check_resume(spec: JobSpec) -> JobSpec:
     resumes with `resume`."""
     if spec.is_array and spec.resume:
         raise JobSpecError(
-            "--resume: a job array resumes per seed. Fix: name the seeds to resume in "
-            "resume_seeds (nemo_fp8_rl.submit --seeds --resume does)"
+            "--resume",
+            "a job array resumes per seed",
+            "name the seeds to resume in resume_seeds (nemo_fp8_rl.submit --seeds --resume does)",
         )
     stray = sorted(set(spec.resume_seeds) - set(spec.seeds))
     if stray:
         raise JobSpecError(
-            f"resume_seeds: seed(s) {', '.join(map(str, stray))} are not array tasks "
-            f"(--seeds {', '.join(map(str, spec.seeds)) or 'not given'}). Fix: resume only "
-            "seeds of the array"
+            "resume_seeds",
+            f"seed(s) {', '.join(map(str, stray))} are not array tasks "
+            f"(--seeds {', '.join(map(str, spec.seeds)) or 'not given'})",
+            "resume only seeds of the array",
         )
     return spec
 
@@ -275,15 +292,19 @@ def _job_nodes(flag: Any, num_nodes: Any, gpus_per_node: Any) -> int:
     nodes = _positive_int(flag, "--nodes", 1)
     if nodes < needed:
         raise JobSpecError(
-            f"--nodes {nodes} is fewer than the recipe's cluster.num_nodes={needed}; training would "
-            "wait forever for the missing nodes. Fix: raise --nodes or lower cluster.num_nodes"
+            f"--nodes {nodes}",
+            f"fewer than the recipe's cluster.num_nodes={needed}; training would wait forever for "
+            "the missing nodes",
+            "raise --nodes or lower cluster.num_nodes",
         )
     if nodes > needed and gpus_per_node != 0:
         raise JobSpecError(
-            f"--nodes {nodes}: the recipe trains on cluster.num_nodes={needed} node(s); NeMo RL "
-            f"would leave {nodes - needed} allocated node(s) idle. Fix: add the override "
+            f"--nodes {nodes}",
+            f"the recipe trains on cluster.num_nodes={needed} node(s); NeMo RL "
+            f"would leave {nodes - needed} allocated node(s) idle",
+            f"add the override "
             f"cluster.num_nodes={nodes} (the recipe's parallel sizes are checked against it), or "
-            "leave --nodes out"
+            "leave --nodes out",
         )
     return nodes
 

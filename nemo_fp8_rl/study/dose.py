@@ -122,9 +122,12 @@ ARCHIVED = (
 
 
 def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
-    """Copy each finished run's metrics (gzip, mtime 0), pass@k and wall time to `dest`."""
+    """Copy each finished run's metrics (gzip, mtime 0), pass@k and wall time to `dest`
+    (each file written atomically, never through a link: `safe_files.write_atomic`)."""
     import gzip
-    import shutil
+    import io
+
+    from nemo_fp8_rl.config.safe_files import write_atomic
 
     written = []
     for run_dir in sorted(out.glob("grpo-dose-*/seed-*")):
@@ -133,14 +136,15 @@ def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
             continue
         target = dest / run_dir.parent.name / run_dir.name
         target.mkdir(parents=True, exist_ok=True)
-        with (
-            (run_dir / ARCHIVED[0]).open("rb") as src,
-            gzip.GzipFile(target / "metrics.jsonl.gz", "wb", mtime=0) as f,
-        ):
-            shutil.copyfileobj(src, f)
+        packed = io.BytesIO()  # the header names metrics.jsonl, as gzip of the file would
+        with gzip.GzipFile(
+            str(target / "metrics.jsonl.gz"), "wb", 9, packed, mtime=0
+        ) as f:  # safe-write: buffer
+            f.write((run_dir / ARCHIVED[0]).read_bytes())
+        write_atomic(target / "metrics.jsonl.gz", packed.getvalue())
         for name in ARCHIVED[1:]:
             if (run_dir / name).exists():
-                shutil.copyfile(run_dir / name, target / name)
+                write_atomic(target / name, (run_dir / name).read_bytes())
         written.append(target)
         print(f"archived {run_dir.parent.name}/{run_dir.name}")
     return written

@@ -11,12 +11,14 @@ Student-t interval of the per-seed differences over the seeds both arms have (pa
 
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.study import analysis, endpoints
-from nemo_fp8_rl.study.doc_blocks import write_block
+from nemo_fp8_rl.study.doc_blocks import write_blocks
 from nemo_fp8_rl.study.dose import ARCHIVE, DOCS, arm_name
 
 WINDOW = 25
@@ -189,8 +191,10 @@ def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
     fig.suptitle("Precision dose study: o uncalibrated, ^ calibrated, s BF16 (95 % t-intervals)")
     fig.tight_layout()
     path = out / "dose_response.png"
-    fig.savefig(path, dpi=110)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)  # safe-write: buffer
     plt.close(fig)
+    write_atomic(path, buffer.getvalue())  # never through a link planted at the path
     return [path]
 
 
@@ -201,6 +205,6 @@ VERDICT = ("<!-- dose-verdict:begin -->", "<!-- dose-verdict:end -->")
 
 def write_docs(tables: str, verdict: str, page: Path = PAGE) -> None:
     """Write docs/study/dose.md's generated blocks, the tables and the verdict (README's two
-    sentences are `scripts/readme_evidence.py`'s)."""
-    write_block(page, TABLES, tables)
-    write_block(page, VERDICT, verdict)
+    sentences are `scripts/readme_evidence.py`'s), in one write once both blocks are replaced:
+    a page missing either pair of markers is left as it was."""
+    write_blocks(page, {TABLES: tables, VERDICT: verdict})

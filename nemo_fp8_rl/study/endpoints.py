@@ -1,5 +1,6 @@
 """The studies' endpoints (`endpoints.yaml`, read by the report and the power script): the CPU
-study's, fixed after its committed runs were made, and the precision dose study's (`dose:`).
+study's, fixed after its committed runs were made, the precision dose study's (`dose:`) and the
+4-bit rescue study's (`rescue:`), each fixed before its runs.
 
 Per run, from its metric records (training steps k ≥ 1, validations at step 0 and later):
 - `mean_after_start`: mean of the validation accuracy over every evaluation after step 0;
@@ -76,11 +77,34 @@ class Dose(_Strict):
     entropy_surge: DoseSurge
 
 
+class Reproducibility(_Strict):
+    arm: str
+    seed: int
+
+
+class Rescue(_Strict):
+    """The 4-bit rescue study's pre-registered design (endpoints.yaml `rescue:`)."""
+
+    recipes: str
+    reference: str
+    reproducibility: Reproducibility
+    reference_arms: list[str] = Field(default_factory=list)
+    formats: list[str] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=2)
+    steps: int = Field(ge=1)
+    primary: Literal["gain_from_start"]
+    score: Literal["validation/bf16_accuracy"]
+    phases: list[list[str]] = Field(min_length=1)
+    alpha: float = Field(gt=0, lt=1)
+    multiplicity: Literal["holm"]
+
+
 class Endpoints(_Strict):
     accuracy: Accuracy
     entropy_surge: Surge
     seeds: Seeds
     dose: Dose | None = None
+    rescue: Rescue | None = None
 
 
 def load(path: Path = FILE) -> Endpoints:
@@ -89,7 +113,7 @@ def load(path: Path = FILE) -> Endpoints:
         return Endpoints.model_validate(load_yaml_file(path))
     except RecipeError as exc:
         raise UsageError(
-            str(path), f"not a valid endpoints file ({exc.issues[0].problem})", "restore it"
+            str(path), f"not a valid endpoints file ({exc.issues[0].what})", "restore it"
         ) from exc
     except ValidationError as exc:
         first = str(exc).splitlines()[0]

@@ -33,7 +33,7 @@ import yaml
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.errors import RecipeError
-from nemo_fp8_rl.config.safe_files import open_nofollow, write_atomic
+from nemo_fp8_rl.config.safe_files import open_nofollow, refuse_link, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import provenance
@@ -107,7 +107,7 @@ def differences(spec: RunSpec) -> list[str]:
     except RecipeError as exc:
         raise UsageError(
             str(path),
-            f"cannot read the saved recipe ({exc.issues[0].problem})",
+            f"cannot read the saved recipe ({exc.issues[0].what})",
             f"restore it, or move {spec.run_dir} away and run the study again",
         ) from exc
     planned = yaml.safe_load(yaml.safe_dump(spec.config, sort_keys=False))
@@ -183,7 +183,7 @@ def run_all(
             log_fd = open_nofollow(
                 Path(f"{spec.run_dir}.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC
             )
-            handle = os.fdopen(log_fd, "w")  # closed when the run ends
+            handle = os.fdopen(log_fd, "w")  # safe-write: fd (open_nofollow); closed at the end
             proc = subprocess.Popen(
                 _command(spec, what in ("restart", "rerun")),
                 stdout=handle,
@@ -204,9 +204,9 @@ def run_all(
                 tries[spec.run_dir] = tries.get(spec.run_dir, 0) + 1
                 log(f"retry  {spec.name} seed {spec.seed} (rc {proc.returncode}, see "
                     f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log)")  # fmt: skip
-                os.replace(
-                    f"{spec.run_dir}.log", f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log"
-                )
+                failed = Path(f"{spec.run_dir}.failed-{tries[spec.run_dir]}.log")
+                refuse_link(failed)
+                os.replace(f"{spec.run_dir}.log", failed)  # safe-write: rename
                 pending.append(spec)
                 continue
             results.append(RunResult(spec, proc.returncode, seconds, reused=False))

@@ -306,7 +306,7 @@ def plots(out: Path, table: dict, names: list[str], dest: Path) -> list[Path]:
         fig = study_figure(key, label, title, recipes, names)
         path = dest / (key.replace("/", "_") + ".png")
         buffer = io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # nothing cut off
+        fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")  # safe-write: buffer
         write_atomic(path, buffer.getvalue())
         paths.append(path)
     return paths

@@ -21,16 +21,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.safe_files import located_disk_full, refuse_link
-from nemo_fp8_rl.config.user_error import UserError
+from nemo_fp8_rl.config.safe_files import located_disk_full, refuse_link, write_atomic
+from nemo_fp8_rl.config.user_error import CheckpointError
 
 STATE_FILE = "state.pt"
 INFO_FILE = "info.json"
 MANIFEST_FILE = "manifest.json"
-
-
-class CheckpointError(UserError):
-    """A checkpoint cannot be resumed from; the message says which, why and what to do."""
 
 
 def _digest(path: Path) -> dict[str, Any]:
@@ -43,7 +39,8 @@ def _digest(path: Path) -> dict[str, Any]:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    with path.open("w", encoding="utf-8") as f:
+    """`data` as JSON into a new file of the checkpoint's own temporary folder."""
+    with path.open("w", encoding="utf-8") as f:  # safe-write: private
         json.dump(data, f, indent=1)
         f.flush()
         os.fsync(f.fileno())
@@ -78,7 +75,7 @@ def save_checkpoint(root: Path, step: int, state: dict[str, Any], info: dict[str
         raise
     if final.exists():
         shutil.rmtree(final)  # this run's own step_<step>, saved again
-    os.rename(tmp, final)
+    os.rename(tmp, final)  # safe-write: rename (mkdtemp folder)
     _fsync_dir(root)
     _write_latest(root, final.name)
     return final
@@ -88,8 +85,8 @@ def _write_step(tmp: Path, step: int, state: dict[str, Any], info: dict[str, Any
     """`state.pt`, `info.json` and the manifest of their digests, into the new folder `tmp`."""
     import torch
 
-    with (tmp / STATE_FILE).open("wb") as f:
-        torch.save(state, f)
+    with (tmp / STATE_FILE).open("wb") as f:  # safe-write: private
+        torch.save(state, f)  # safe-write: private
         f.flush()
         os.fsync(f.fileno())
     _write_json(tmp / INFO_FILE, {"step": step, **info})
@@ -103,13 +100,7 @@ def _write_step(tmp: Path, step: int, state: dict[str, Any], info: dict[str, Any
 
 def _write_latest(root: Path, name: str) -> None:
     """Point `root/latest` at `name` with an atomic replace (a link there is refused)."""
-    refuse_link(root / "latest")
-    fd, tmp = tempfile.mkstemp(prefix=".latest_", dir=root)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, root / "latest")
+    write_atomic(root / "latest", name + "\n")
     _fsync_dir(root)
 
 

@@ -9,9 +9,9 @@ trained weights in BF16 (tied embeddings saved once, as `model/` saves them).
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
+from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint, verify_checkpoint
 
 WEIGHTS = "model.safetensors"
@@ -33,7 +33,7 @@ def write_hf_folder(checkpoint: Path, dest: Path) -> Path:
     dest.mkdir(parents=True)
     for item in model_dir.iterdir():
         if item.is_file() and item.name != WEIGHTS:
-            shutil.copyfile(item, dest / item.name)
+            write_atomic(dest / item.name, item.read_bytes())
     tensors = {n: trained[n].detach().to(torch.bfloat16).contiguous() for n in names}
-    save_file(tensors, str(dest / WEIGHTS), metadata={"format": "pt"})
+    save_file(tensors, str(dest / WEIGHTS), metadata={"format": "pt"})  # safe-write: private
     return dest

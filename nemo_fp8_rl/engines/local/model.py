@@ -70,8 +70,8 @@ def save_checkpoint(model: PreTrainedModel, tokenizer: PreTrainedTokenizerFast, 
     disk a located error that leaves what was there)."""
 
     def build(tmp: Path) -> None:
-        model.save_pretrained(tmp, safe_serialization=True)
-        tokenizer.save_pretrained(tmp)
+        model.save_pretrained(tmp, safe_serialization=True)  # safe-write: private
+        tokenizer.save_pretrained(tmp)  # safe-write: private
 
     write_folder(Path(path), build, "model")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config import ConfigIssue, Recipe, RecipeError
+from nemo_fp8_rl.config import Problem, Recipe, RecipeError
 from nemo_fp8_rl.config.rules import cpu_supported_features
 
 TRAIN_RECIPES = (
@@ -27,7 +27,7 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
     gpus = cfg["cluster"]["gpus_per_node"]
     if gpus != 0:
         issues.append(
-            ConfigIssue(
+            Problem(
                 "cluster.gpus_per_node",
                 f"the embedded engine runs on CPU, but the recipe asks for {gpus} GPUs per node",
                 "set cluster.gpus_per_node=0, or run it with the NeMo RL engine (--engine nemo) on a GPU machine",
@@ -37,7 +37,7 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
     fp8 = cfg["policy"]["megatron_cfg"].get("fp8_cfg") or {}
     if fp8.get("enabled") and fp8.get("fp8_recipe", "blockwise") not in TRAIN_RECIPES:
         issues.append(
-            ConfigIssue(
+            Problem(
                 "policy.megatron_cfg.fp8_cfg.fp8_recipe",
                 f"{fp8.get('fp8_recipe')!r} training is not emulated by the CPU engine",
                 f"use one of {list(TRAIN_RECIPES)}",
@@ -51,7 +51,7 @@ def check_cpu_support(cfg: dict[str, Any], recipe_name: str = "recipe") -> None:
         raise RecipeError(recipe_name, issues)
 
 
-def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
+def _async_issues(cfg: dict[str, Any]) -> list[Problem]:
     """Asynchronous GRPO and the async engine: NeMo RL's loop runs them (`--engine nemo`, also
     on CPU with a recipe under recipes/tiny-nemo/); the embedded engine is synchronous."""
     asks = (
@@ -62,7 +62,7 @@ def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
         ),
     )
     return [
-        ConfigIssue(
+        Problem(
             key,
             "the embedded engine runs synchronous GRPO",
             f"set {key}=false, or run NeMo RL's asynchronous loop with --engine nemo "
@@ -74,13 +74,13 @@ def _async_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
     ]
 
 
-def _nemo_refit_issues(cfg: dict[str, Any]) -> list[ConfigIssue]:
+def _nemo_refit_issues(cfg: dict[str, Any]) -> list[Problem]:
     """`refit.quantize_on: trainer` is NeMo RL's refit path (`--engine nemo`, also on CPU with a
     recipe under recipes/tiny-nemo/); the embedded engine refits through `refit.bridge`."""
     if (cfg.get("refit") or {}).get("quantize_on", "generator") != "trainer":
         return []
     return [
-        ConfigIssue(
+        Problem(
             "refit.quantize_on",
             "quantize_on: trainer is a NeMo RL engine setting; the embedded engine refits "
             "through refit.bridge",

@@ -207,7 +207,7 @@ class Loop:
                     first.update(self.validate(0))
                 logger.log(0, first)
             save_period = self.ckpt_cfg["save_period"]
-            health = HealthMonitor(precision_of(self.cfg))
+            health = HealthMonitor(precision_of(self.cfg), engine="local")
             health.replay(read_metrics(self.run_dir))  # a resumed run's earlier steps
             for k in range(start, self.steps):
                 metrics = self.step(k)

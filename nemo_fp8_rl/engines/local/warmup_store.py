@@ -40,7 +40,7 @@ import torch
 from safetensors.torch import save_file
 
 from nemo_fp8_rl.config.project import LocalConfig
-from nemo_fp8_rl.config.safe_files import located_disk_full
+from nemo_fp8_rl.config.safe_files import located_disk_full, write_atomic
 
 KEY_VERSION = 3
 # the task settings the warm-up reads (`warmup.train_warmup`, `warmup.warmup_eval_problems`)
@@ -115,9 +115,11 @@ def save(folder: Path, state: dict[str, torch.Tensor], meta: dict[str, Any]) -> 
         located_disk_full(folder, "nothing was written (the warm-up is computed again next time)"),
         tempfile.TemporaryDirectory(dir=folder) as tmp,
     ):
-        save_file(state, Path(tmp) / "model.safetensors")
-        (Path(tmp) / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        save_file(state, Path(tmp) / "model.safetensors")  # safe-write: private
+        write_atomic(Path(tmp) / "meta.json", json.dumps(meta, indent=1) + "\n")
         for name in ("model.safetensors", "meta.json"):  # readable like any checkpoint
             os.chmod(Path(tmp) / name, 0o644)
-        os.replace(Path(tmp) / "meta.json", folder / "meta.json")
-        os.replace(Path(tmp) / "model.safetensors", folder / "model.safetensors")
+        os.replace(Path(tmp) / "meta.json", folder / "meta.json")  # safe-write: rename
+        os.replace(
+            Path(tmp) / "model.safetensors", folder / "model.safetensors"
+        )  # safe-write: rename

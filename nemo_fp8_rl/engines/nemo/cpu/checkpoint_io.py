@@ -6,35 +6,30 @@
     <weights_path>/model.pt       the Megatron model's state dict (FP32 master weights)
     <optimizer_path>/optim.pt     megatron-core optimizer and LR-scheduler state dicts
 
-each to a temporary sibling first (`.<name>.tmp-<pid>`), flushed and fsynced, then renamed
+each to a temporary sibling first (`.<name>.<random>.tmp`, created with O_EXCL), flushed and fsynced, then renamed
 over the final name, so a reader never sees a partial file. NeMo RL's `Policy` passes the
 same two paths to the worker's constructor on resume; `load_*` read them.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from nemo_fp8_rl.config.safe_files import write_atomic_with
+from nemo_fp8_rl.config.user_error import UserError
 
 MODEL_FILE = "model.pt"
 OPTIM_FILE = "optim.pt"
 
 
 def atomic_save(obj: Any, path: Path) -> None:
-    """`torch.save(obj)` to `path` through a temporary sibling and a rename."""
+    """`torch.save(obj)` to `path` through a temporary sibling (created with O_EXCL, never a
+    link) and a rename: `safe_files.write_atomic_with`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as out:
-            torch.save(obj, out)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    write_atomic_with(path, lambda out: torch.save(obj, out))  # safe-write: fd (write_atomic_with)
 
 
 def save(
@@ -49,9 +44,11 @@ def save(
 def _read(folder: str, name: str, what: str) -> Any:
     path = Path(folder) / name
     if not path.is_file():
-        raise FileNotFoundError(
-            f"error: {what}={folder}: no {name} in it. Fix: pass a folder written by the CPU "
-            "policy worker's save_checkpoint (NeMo RL's <checkpoint>/policy/weights|optimizer)"
+        raise UserError(
+            f"{what}={folder}",
+            f"no {name} in it",
+            "pass a folder written by the CPU "
+            "policy worker's save_checkpoint (NeMo RL's <checkpoint>/policy/weights|optimizer)",
         )
     return torch.load(path, map_location="cpu", weights_only=False)
 

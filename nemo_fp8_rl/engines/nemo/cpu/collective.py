@@ -22,6 +22,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from nemo_fp8_rl.config.user_error import UserError
+
 TIMEOUT = datetime.timedelta(minutes=10)  # a hung peer, not a loaded machine
 PREFIX = "nemo_fp8_rl_refit"
 CPU_REFIT_BUFFER_BYTES = 64 * 1024**2  # NeMo RL sizes it from the GPU's memory (`cpu_packing`)
@@ -45,11 +47,13 @@ class GlooRefitGroup:
         probe = torch.ones(1) if rank == 0 else torch.zeros(1)
         self.broadcast(probe, 0)  # NeMo RL's warm-up: rank 0 broadcasts a one
         if probe.item() != 1.0:
-            raise RuntimeError(
-                f"error: refit group at {master_address}:{port}: rank {rank} of {world_size} "
-                f"received {probe.item()} in the warm-up broadcast, not rank 0's 1.0. Fix: every "
+            raise UserError(
+                f"refit group at {master_address}:{port}",
+                f"rank {rank} of {world_size} "
+                f"received {probe.item()} in the warm-up broadcast, not rank 0's 1.0",
+                "every "
                 "training and generation rank must join with the same address, port and world "
-                "size (NeMo RL's init_collective on both sides)"
+                "size (NeMo RL's init_collective on both sides)",
             )
 
     def broadcast(self, tensor: torch.Tensor, src: int, stream: Any = None) -> None:

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import os
 
+from nemo_fp8_rl.config.user_error import UserError
 
-class DeviceIdError(RuntimeError):
+
+class DeviceIdError(UserError, RuntimeError):
     """A CPU worker runs in a Ray actor that holds no logical GPU."""
 
 
@@ -44,9 +46,10 @@ def device_uuid() -> str:
     gpu_ids = ray.get_gpu_ids()
     if not gpu_ids:
         raise DeviceIdError(
-            "error: CPU worker device id: this Ray actor holds no GPU, so it shares no socket "
-            "with a colocated worker. Fix: start Ray with logical GPUs (num_gpus) and build "
-            "NeMo RL's RayVirtualCluster with use_gpus=True"
+            "CPU worker device id",
+            "this Ray actor holds no GPU, so it shares no socket with a colocated worker",
+            "start Ray with logical GPUs (num_gpus) and build "
+            "NeMo RL's RayVirtualCluster with use_gpus=True",
         )
     return device_uuid_for(ray.get_runtime_context().get_node_id(), gpu_ids[0])
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.fp8.emulation import FP8EmulatedLinear
 
@@ -39,9 +40,10 @@ def fp8_specs(policy_cfg: dict[str, Any]) -> tuple[FP8Spec, FP8Spec, FP8Spec]:
     fp8 = meg.get("fp8_cfg") or {}
     recipe = fp8.get("fp8_recipe", "blockwise")
     if recipe not in RECIPES:
-        raise ValueError(
-            f"error: policy.megatron_cfg.fp8_cfg.fp8_recipe={recipe!r}: not emulated by the CPU "
-            f"policy worker. Fix: use one of {list(RECIPES)}"
+        raise UsageError(
+            f"policy.megatron_cfg.fp8_cfg.fp8_recipe={recipe!r}",
+            "not emulated by the CPU policy worker",
+            f"use one of {list(RECIPES)}",
         )
     grad_fmt = "e5m2" if fp8.get("fp8", "e4m3") == "hybrid" else "e4m3"
     if recipe == "mxfp8":

@@ -24,10 +24,11 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.sampling import Generation, SamplingParams, StopFn
 
 
-class GenerationConfigError(ValueError):
+class GenerationConfigError(UserError, ValueError):
     """A `policy.generation` setting the CPU generation worker does not implement."""
 
 
@@ -35,14 +36,16 @@ def sampling_params(cfg: dict[str, Any], greedy: bool) -> SamplingParams:
     """The sampling settings of `policy.generation` (greedy: temperature 0, top-k 1)."""
     if cfg.get("bad_words"):
         raise GenerationConfigError(
-            "error: policy.generation.bad_words: the CPU generation worker does not ban words. "
-            "Fix: set bad_words: null for the CPU loop"
+            "policy.generation.bad_words",
+            "the CPU generation worker does not ban words",
+            "set bad_words: null for the CPU loop",
         )
     mode = cfg["vllm_cfg"].get("logprobs_mode") or "raw_logprobs"
     if mode not in ("raw_logprobs", "processed_logprobs"):
         raise GenerationConfigError(
-            f"error: policy.generation.vllm_cfg.logprobs_mode: {mode!r} is not a vLLM mode. "
-            "Fix: use raw_logprobs or processed_logprobs"
+            "policy.generation.vllm_cfg.logprobs_mode",
+            f"{mode!r} is not a vLLM mode",
+            "use raw_logprobs or processed_logprobs",
         )
     top_k = cfg["top_k"]
     return SamplingParams(
@@ -61,8 +64,9 @@ def stop_token_ids(cfg: dict[str, Any], eos_ids: Sequence[int]) -> list[int]:
         ids.update(eos_ids)
     if not ids:
         raise GenerationConfigError(
-            "error: policy.generation.stop_token_ids: no stop token (empty list, no EOS id). "
-            "Fix: leave stop_token_ids null (NeMo RL sets the tokenizer's EOS)"
+            "policy.generation.stop_token_ids",
+            "no stop token (empty list, no EOS id)",
+            "leave stop_token_ids null (NeMo RL sets the tokenizer's EOS)",
         )
     return sorted(ids)
 
@@ -81,8 +85,9 @@ def stop_string_fn(tokenizer: Any, stop_strings: Sequence[str]) -> StopFn | None
         return None
     if tokenizer is None:
         raise GenerationConfigError(
-            "error: policy.generation.stop_strings: the model has no tokenizer to decode with. "
-            "Fix: save the tokenizer next to the checkpoint in model_name"
+            "policy.generation.stop_strings",
+            "the model has no tokenizer to decode with",
+            "save the tokenizer next to the checkpoint in model_name",
         )
 
     def stop(tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -114,9 +119,10 @@ def budgets(lengths: torch.Tensor, max_new_tokens: int, max_model_len: int) -> t
     longest = int(lengths.max()) if len(lengths) else 0
     if longest >= max_model_len:
         raise GenerationConfigError(
-            f"error: policy.generation.vllm_cfg.max_model_len: a prompt of {longest} tokens "
-            f"leaves no room to generate within max_model_len={max_model_len}. Fix: raise "
-            "max_model_len or shorten the prompts (data.max_input_seq_length)"
+            "error",
+            f"policy.generation.vllm_cfg.max_model_len: a prompt of {longest} tokens "
+            f"leaves no room to generate within max_model_len={max_model_len}",
+            "raise max_model_len or shorten the prompts (data.max_input_seq_length)",
         )
     return torch.clamp(max_model_len - lengths, max=max_new_tokens)
 

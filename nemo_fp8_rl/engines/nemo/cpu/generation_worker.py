@@ -37,13 +37,15 @@ from typing import Any
 import ray
 import torch
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, vllm_names
 from nemo_fp8_rl.engines.nemo.cpu import generation_io as gio
 from nemo_fp8_rl.engines.nemo.cpu import served_model as sm
 from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
-from nemo_fp8_rl.engines.nemo.cpu.served_model import ServedModel, ServedWeightError
+from nemo_fp8_rl.engines.nemo.cpu.served_model import SERVED, SERVED_FIX, ServedModel
 from nemo_fp8_rl.engines.sampling import generate
 from nemo_fp8_rl.fp8 import FP8Spec
+from nemo_fp8_rl.refit.errors import RefitMismatch
 
 MODULE = "nemo_fp8_rl.engines.nemo.cpu.generation_worker"
 GENERATOR_WORKER_FQN = f"{MODULE}.CpuGenerationWorker"
@@ -52,12 +54,12 @@ SYNC_VLLM_WORKER_FQN = "nemo_rl.models.generation.vllm.vllm_worker.VllmGeneratio
 ALL_TAGS = frozenset({"weights", "kv_cache"})
 
 
-class CpuGenerationError(RuntimeError):
+class CpuGenerationError(UserError, RuntimeError):
     """The CPU generation worker was asked for something it does not do (a located error)."""
 
 
 def _refuse(where: str, what: str, fix: str) -> CpuGenerationError:
-    return CpuGenerationError(f"error: {where}: {what}. Fix: {fix}")
+    return CpuGenerationError(where, what, fix)
 
 
 def _check_config(cfg: dict[str, Any], serves_async_engine: bool) -> None:
@@ -364,7 +366,9 @@ class CpuGenerationWorkerImpl:
         model = self._owner("prepare_refit_info")
         problems = sm.refit_info_problems(model, state_dict_info, self.trainer_quantized)
         if problems:
-            raise ServedWeightError("CpuGenerationWorker.prepare_refit_info", problems)
+            raise RefitMismatch(
+                "CpuGenerationWorker.prepare_refit_info", SERVED, problems, SERVED_FIX
+            )
         with self.fp8.globals():
             self.extension.prepare_refit_info(state_dict_info)
 

@@ -38,7 +38,7 @@ def handle_from_tensor(buffer: torch.Tensor) -> tuple[str, str, int]:
     flat = buffer.detach().reshape(-1).view(torch.uint8).cpu()
     path = _shm_dir() / f"{uuid.uuid4().hex}.buf"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "wb") as out:
+    with os.fdopen(fd, "wb") as out:  # safe-write: fd (O_EXCL | O_NOFOLLOW)
         out.write(flat.numpy().tobytes())
     return (TAG, str(path), int(flat.numel()))
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UsageError, UserError
 from nemo_fp8_rl.refit.names import AttentionLayout, megatron_to_engine
 
 SUPPORTED = ("qwen3", "llama")
@@ -37,9 +38,10 @@ def load_hf_config(model_dir: str) -> Any:
 
     hf = AutoConfig.from_pretrained(model_dir)
     if hf.model_type not in SUPPORTED:
-        raise ValueError(
-            f"error: policy.model_name={model_dir}: model_type {hf.model_type!r} is not supported "
-            f"by the CPU policy worker. Fix: use a {' or '.join(SUPPORTED)} checkpoint"
+        raise UsageError(
+            f"policy.model_name={model_dir}",
+            f"model_type {hf.model_type!r} is not supported by the CPU policy worker",
+            f"use a {' or '.join(SUPPORTED)} checkpoint",
         )
     return hf
 
@@ -172,9 +174,10 @@ def read_hf_state(model_dir: str) -> dict[str, torch.Tensor]:
 
     files = sorted(Path(model_dir).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(
-            f"error: policy.model_name={model_dir}: no *.safetensors files. "
-            "Fix: point it at a Hugging Face checkpoint folder saved with safe_serialization"
+        raise UserError(
+            f"policy.model_name={model_dir}",
+            "no *.safetensors files",
+            "point it at a Hugging Face checkpoint folder saved with safe_serialization",
         )
     state: dict[str, torch.Tensor] = {}
     for f in files:
@@ -188,17 +191,19 @@ def load_into(model: torch.nn.Module, named: dict[str, torch.Tensor]) -> None:
     missing = sorted(set(params) - set(named))
     unknown = sorted(set(named) - set(params))
     if missing or unknown:
-        raise ValueError(
-            f"error: HF → Megatron conversion: missing {missing[:4]}, unknown {unknown[:4]}. "
-            "Fix: use a Qwen3/Llama checkpoint whose config.json matches its weights"
+        raise UsageError(
+            "HF → Megatron conversion",
+            f"missing {missing[:4]}, unknown {unknown[:4]}",
+            "use a Qwen3/Llama checkpoint whose config.json matches its weights",
         )
     with torch.no_grad():
         for name, p in params.items():
             src = named[name]
             if tuple(src.shape) != tuple(p.shape):
-                raise ValueError(
-                    f"error: {name}: checkpoint shape {tuple(src.shape)} != model {tuple(p.shape)}. "
-                    "Fix: config.json and the weights disagree"
+                raise UsageError(
+                    name,
+                    f"checkpoint shape {tuple(src.shape)} != model {tuple(p.shape)}",
+                    "config.json and the weights disagree",
                 )
             p.copy_(src)
 

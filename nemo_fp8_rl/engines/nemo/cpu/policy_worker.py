@@ -43,6 +43,7 @@ import torch
 from nemo_rl.distributed.batched_data_dict import BatchedDataDict
 from nemo_rl.models.policy.workers.base_policy_worker import AbstractPolicyWorker
 
+from nemo_fp8_rl.config.user_error import UsageError, UserError
 from nemo_fp8_rl.engines.nemo.cpu import (
     checkpoint_io,
     cuda_shim,
@@ -132,14 +133,16 @@ class CpuMegatronPolicyWorkerImpl(ShadowControls, AbstractPolicyWorker):
     ) -> dict[str, Any]:
         """NeMo RL's Megatron `train` contract (`train_loop`)."""
         if check_dim_skip_keys is not None:
-            raise ValueError(
-                "error: CPU policy worker train: check_dim_skip_keys is only supported by NeMo "
-                "RL's v2 DTensor worker. Fix: pass None"
+            raise UsageError(
+                "CPU policy worker train",
+                "check_dim_skip_keys is only supported by NeMo RL's v2 DTensor worker",
+                "pass None",
             )
         if not eval_mode and self.optimizer is None:
-            raise RuntimeError(
-                "error: CPU policy worker train: built with init_optimizer=False. "
-                "Fix: build the Policy with init_optimizer=True to train"
+            raise UserError(
+                "CPU policy worker train",
+                "built with init_optimizer=False",
+                "build the Policy with init_optimizer=True to train",
             )
         gbs = gbs or self.cfg["train_global_batch_size"]
         mbs = mbs or self.cfg["train_micro_batch_size"]
@@ -190,9 +193,10 @@ class CpuMegatronPolicyWorkerImpl(ShadowControls, AbstractPolicyWorker):
     def use_reference_model(self) -> Iterator[None]:
         """The reference weights in the model for the block (top-k/top-p off, as NeMo RL)."""
         if self.reference_state_dict is None:
-            raise RuntimeError(
-                "error: CPU policy worker: built with init_reference_model=False. "
-                "Fix: build the Policy with init_reference_model=True for reference logprobs"
+            raise UserError(
+                "CPU policy worker",
+                "built with init_reference_model=False",
+                "build the Policy with init_reference_model=True for reference logprobs",
             )
         module = self.model.module
         saved = _state_copy(module)

@@ -46,6 +46,7 @@ from nemo_fp8_rl.engines.nemo.cpu.vllm_names import LinearBase
 from nemo_fp8_rl.fp8 import FP8Spec, dequantize, fake_quantize
 from nemo_fp8_rl.fp8.emulation import round_to_bf16
 from nemo_fp8_rl.fp8.kv_cache import FP8KVCacheState, enable_fp8_kv_cache_emulation
+from nemo_fp8_rl.refit.errors import RefitMismatch
 from nemo_fp8_rl.refit.nemo_mxfp8 import MX_BLOCK, dequantize_mxfp8, reference_quantize
 
 FP8 = torch.float8_e4m3fn
@@ -58,23 +59,11 @@ WEIGHT_SPEC = FP8Spec("e4m3", "blockwise", "fp32")  # dequantize only multiplies
 KV_SCALES = ("self_attn.k_scale", "self_attn.v_scale", "self_attn.attn.q_scale")
 
 
-class ServedWeightError(ValueError):
-    """A tensor a refit or checkpoint load sends does not fit the served model."""
-
-    def __init__(self, where: str, problems: list[str]) -> None:
-        self.where, self.problems = where, list(problems)
-        shown = "\n".join(f"  - {p}" for p in problems[:12])
-        more = f"\n  ... and {len(problems) - 12} more" if len(problems) > 12 else ""
-        super().__init__(
-            f"error: {where}: the refit does not match the served model "
-            f"({len(problems)} problem(s)); no weight was changed:\n{shown}{more}\n"
-            "Fix: build the policy and the generation worker from the same model_name and "
-            "policy.generation.vllm_cfg (precision, kv_cache_dtype, refit.quantize_on)"
-        )
-
-    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
-        """Rebuilt from its arguments (Ray sends a worker's exception to the driver)."""
-        return type(self), (self.where, self.problems)
+SERVED = "the refit does not match the served model"
+SERVED_FIX = (
+    "build the policy and the generation worker from the same model_name and "
+    "policy.generation.vllm_cfg (precision, kv_cache_dtype, refit.quantize_on)"
+)
 
 
 def fake_quantize_mx(x: torch.Tensor) -> torch.Tensor:
@@ -250,7 +239,7 @@ class ServedModel(nn.Module):
         batch = [(str(n), t) for n, t in weights]
         problems = [p for n, t in batch for p in self.problems(n, t.shape, t.dtype)]
         if problems:
-            raise ServedWeightError("CPU generation worker load_weights", problems)
+            raise RefitMismatch("CPU generation worker load_weights", SERVED, problems, SERVED_FIX)
         for name, tensor in batch:
             if not self.skipped(name):
                 self._staged[name] = tensor.detach().clone()

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, optim, steps
 
 
@@ -54,9 +55,10 @@ def train(worker: Any, data: Any, loss_fn: Any, eval_mode: bool, gbs: int, mbs: 
     torch.distributed.all_reduce(total, group=dp_group)
     n_gb = int(total.item()) // gbs
     if n_gb < 1:
-        raise ValueError(
-            f"error: CPU policy worker train: {int(total.item())} samples < global batch {gbs}. "
-            "Fix: send at least policy.train_global_batch_size samples"
+        raise UsageError(
+            "CPU policy worker train",
+            f"{int(total.item())} samples < global batch {gbs}",
+            "send at least policy.train_global_batch_size samples",
         )
     worker.model.eval() if eval_mode else worker.model.train()
     start = time.perf_counter()

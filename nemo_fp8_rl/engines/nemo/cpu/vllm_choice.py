@@ -35,12 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import UserError
+
 VARIABLE = "NEMO_FP8_RL_CPU_GENERATION"
 AMX_FLAGS = ("amx_tile",)
 CPUINFO = Path("/proc/cpuinfo")
 
 
-class GenerationChoiceError(RuntimeError):
+class GenerationChoiceError(UserError, RuntimeError):
     """Real vLLM was asked for where it cannot run."""
 
 
@@ -112,7 +114,7 @@ def choose(config: dict[str, Any], flags: set[str] | None = None) -> GenerationC
     forced = os.environ.get(VARIABLE, "").strip().lower()
     if forced not in ("", "vllm", "stand-in"):
         raise GenerationChoiceError(
-            f"error: {VARIABLE}={forced!r}: not a choice. Fix: set vllm, stand-in or nothing"
+            f"{VARIABLE}={forced!r}", "not a choice", "set vllm, stand-in or nothing"
         )
     if forced == "stand-in":
         return GenerationChoice(False, f"the stand-in generation worker ({VARIABLE}=stand-in)")
@@ -120,7 +122,8 @@ def choose(config: dict[str, Any], flags: set[str] | None = None) -> GenerationC
         return GenerationChoice(True, f"NeMo RL's vLLM worker on vLLM {installed} (CPU build)")
     if forced == "vllm":
         raise GenerationChoiceError(
-            f"error: {VARIABLE}=vllm: real vLLM cannot generate here: {why_not}. Fix: unset "
-            f"{VARIABLE} to fall back to the stand-in generation worker"
+            f"{VARIABLE}=vllm",
+            f"real vLLM cannot generate here: {why_not}",
+            f"unset {VARIABLE} to fall back to the stand-in generation worker",
         )
     return GenerationChoice(False, f"the stand-in generation worker: {why_not}")

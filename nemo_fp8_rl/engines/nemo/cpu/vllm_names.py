@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UserError
+
 
 class LinearBase(torch.nn.Module):
     """vLLM's `LinearBase`: NeMo RL tests `isinstance` and `weight.dtype` (FP8 when quantized)."""
@@ -219,9 +221,10 @@ def install() -> ProcessAfterLoading:
     if is_installed():
         return sys.modules["vllm.model_executor.model_loader.utils"].process_weights_after_loading
     if "vllm" in sys.modules:
-        raise RuntimeError(
-            "error: vllm_names.install: a real vLLM is already imported in this process. "
-            "Fix: run the CPU generation worker in a process of its own (a Ray actor)"
+        raise UserError(
+            "vllm_names.install",
+            "a real vLLM is already imported in this process",
+            "run the CPU generation worker in a process of its own (a Ray actor)",
         )
     import triton.language  # noqa: F401  (real Triton, imported before the names go in)
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, fp8_linear
 from nemo_fp8_rl.engines.nemo.cpu import megatron_model as mm
 
@@ -31,9 +32,10 @@ def check_parallelism(meg: dict[str, Any]) -> None:
     """Refuse model parallelism: the CPU worker runs TP = PP = CP = EP = 1."""
     for key in PARALLEL_KEYS:
         if int(meg.get(key, 1) or 1) != 1:
-            raise ValueError(
-                f"error: policy.megatron_cfg.{key}={meg[key]}: the CPU policy worker runs "
-                "without model parallelism. Fix: set it to 1"
+            raise UsageError(
+                f"policy.megatron_cfg.{key}={meg[key]}",
+                "the CPU policy worker runs without model parallelism",
+                "set it to 1",
             )
 
 
@@ -58,9 +60,10 @@ def precision_bf16(policy_cfg: dict[str, Any]) -> bool:
     """Whether linear compute is BF16-emulated (`policy.precision`), else FP32."""
     precision = str(policy_cfg.get("precision", "bfloat16"))
     if precision not in ("bfloat16", "float32", "bf16", "fp32"):
-        raise ValueError(
-            f"error: policy.precision={precision!r}: the CPU policy worker runs bfloat16 "
-            "(emulated) or float32. Fix: use one of those"
+        raise UsageError(
+            f"policy.precision={precision!r}",
+            "the CPU policy worker runs bfloat16 (emulated) or float32",
+            "use one of those",
         )
     return precision in ("bfloat16", "bf16")
 

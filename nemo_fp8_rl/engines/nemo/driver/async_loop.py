@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from nemo_fp8_rl.config import engine_rules
@@ -29,7 +30,7 @@ def is_async(cfg: dict[str, Any]) -> bool:
 def async_problems(cfg: dict[str, Any]) -> list[str]:
     """What NeMo RL refuses for asynchronous GRPO (`config.engine_rules`, also checked when the
     recipe is loaded), each as `key: what. Fix: how`."""
-    return [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in engine_rules.async_grpo_issues(cfg, {})]
+    return [replace(i, file=None).render() for i in engine_rules.async_grpo_issues(cfg, {})]
 
 
 def training_loop(grpo: Any, cfg: dict[str, Any], setup: tuple[Any, ...]) -> Callable[..., None]:

@@ -21,12 +21,16 @@ import yaml
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.schema import PROJECT_SECTIONS
+from nemo_fp8_rl.config.user_error import USAGE, ProblemsError
 
 HANDOFF_FILE = "nemo_rl_config.yaml"
 
 
-class HandoffError(ValueError):
+class HandoffError(ProblemsError, ValueError):
     """The hand-off config is not accepted by NeMo RL; the message lists each key and the fix."""
+
+    code = USAGE
+    limit = None
 
 
 def to_nemo_config(recipe: Recipe) -> dict[str, Any]:
@@ -68,12 +72,13 @@ def validate_with_nemo_rl(config: dict[str, Any]) -> Any:
             key = _loc_to_key(err["loc"])
             got = err.get("input")
             shown = repr(got) if not isinstance(got, dict) else "{...}"
-            lines.append(f"  - {key}: {err['msg']} (got {shown[:80]})")
+            lines.append(f"{key}: {err['msg']} (got {shown[:80]})")
         raise HandoffError(
-            f"NeMo RL's MasterConfig rejects the hand-off config ({len(lines)} problem(s)):\n"
-            + "\n".join(lines)
-            + "\nFix the recipe keys above (or the base config configs/base/grpo.yaml); "
-            "NeMo RL's own names and types apply."
+            "NeMo RL's MasterConfig",
+            f"rejects the hand-off config ({len(lines)} problem(s))",
+            lines,
+            "change the recipe keys above (or the base config configs/base/grpo.yaml); NeMo RL's "
+            "own names and types apply",
         ) from None
 
 

@@ -66,7 +66,7 @@ def health_monitor(config: dict[str, Any], path: Path) -> Any:
     resumed run already wrote to `path` (so a resume neither repeats nor loses an event)."""
     from nemo_fp8_rl.guards.health import HealthMonitor, precision_of
 
-    monitor = HealthMonitor(precision_of(config))
+    monitor = HealthMonitor(precision_of(config), engine="nemo")
     if path.is_file():
         records = []
         for line in path.read_text(encoding="utf-8").splitlines():

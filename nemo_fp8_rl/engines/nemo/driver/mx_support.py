@@ -17,9 +17,10 @@ preflight reports them located in NeMo RL's file (`preflight`). Reads files only
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from nemo_fp8_rl.config.user_error import Problem
 
 FP8_FILE = "nemo_rl/models/generation/vllm/quantization/fp8.py"
 READS_IS_MX = 'vllm_cfg.get("is_mx")'
@@ -29,28 +30,13 @@ MOE_BACKENDS_OK = ("auto", "flashinfer_trtllm")
 VLLM = "policy.generation.vllm_cfg"
 
 
-@dataclass(frozen=True)
-class MxProblem:
-    """One refusal: the recipe key, NeMo RL's file and line that decide it, what and how to fix."""
-
-    key: str
-    file: str
-    line: int
-    what: str
-    fix: str
-
-    def line_text(self) -> str:
-        """One line for the engine's error list."""
-        return f"{self.key}: {self.what} ({self.file}:{self.line}). Fix: {self.fix}"
-
-
 def _line(lines: list[str], text: str) -> int:
     return next((i for i, line in enumerate(lines, 1) if text in line), 0)
 
 
 def mx_problems(
     config: Mapping[str, Any], tree: Path, num_experts: int | None = None
-) -> list[MxProblem]:
+) -> list[Problem]:
     """The module docstring's refusals for `config` against the NeMo RL tree `tree` (the folder
     holding `nemo_rl/`); `num_experts` from the model's config (None: the MoE rule is skipped)."""
     gen = (config.get("policy") or {}).get("generation") or {}
@@ -62,27 +48,27 @@ def mx_problems(
     source = "\n".join(lines)
     if READS_IS_MX not in source:
         return [
-            MxProblem(
+            Problem(
                 f"{VLLM}.is_mx",
-                FP8_FILE,
-                _line(lines, INIT_FP8),
                 "this NeMo RL does not read is_mx (v0.7.0): its init_fp8 builds vLLM with "
                 "128x128 block FP8 and its refit quantizes block FP8, so the run would serve "
                 "block FP8, not MXFP8",
                 "run NeMo RL main 7ea279a or later, or a recipe without is_mx (the Hopper "
                 "sibling on Hopper GPUs)",
+                FP8_FILE,
+                _line(lines, INIT_FP8),
             )
         ]
     backend = (gen.get("vllm_kwargs") or {}).get("moe_backend", "auto")
     if num_experts and backend not in MOE_BACKENDS_OK and MOE_ONLY_TRTLLM in source:
         return [
-            MxProblem(
+            Problem(
                 "policy.generation.vllm_kwargs.moe_backend",
-                FP8_FILE,
-                _line(lines, MOE_ONLY_TRTLLM),
                 f"{backend!r} with MXFP8 experts: NeMo RL's MXFP8 MoE refit converts only "
                 "FlashInfer TRTLLM's weight layout (NotImplementedError at the first refit)",
                 "set policy.generation.vllm_kwargs.moe_backend: flashinfer_trtllm (or auto)",
+                FP8_FILE,
+                _line(lines, MOE_ONLY_TRTLLM),
             )
         ]
     return []

@@ -4,16 +4,26 @@ for a dry run or a submission (no torch, no NeMo RL): `runner.run` and
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
-from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config import Problem, Recipe
 from nemo_fp8_rl.config.engine_rules import nemo_engine_issues
+from nemo_fp8_rl.config.user_error import USAGE, ProblemsError
 from nemo_fp8_rl.engines.nemo.driver.async_loop import async_problems
 from nemo_fp8_rl.engines.nemo.driver.platform import Platform, platform_for
 
 
-class EngineConfigError(ValueError):
-    """The recipe asks for something this engine cannot run; the message says what to change."""
+class EngineConfigError(ProblemsError, ValueError):
+    """The recipe asks for something this engine cannot run: where, what, the problems found (each
+    with its fix) or the one fix."""
+
+    code = USAGE
+
+    def __init__(
+        self, where: str, what: str, problems: list[str] | None = None, fix: str = ""
+    ) -> None:
+        super().__init__(where, what, problems or [], fix)
 
 
 def check_recipe(recipe: Recipe, platform: Platform | None = None, here: bool = True) -> list[str]:
@@ -25,14 +35,19 @@ def check_recipe(recipe: Recipe, platform: Platform | None = None, here: bool = 
     cannot run."""
     cfg = recipe.config
     problems = list((platform or platform_for(cfg)).problems(cfg))
-    problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in nemo_engine_issues(cfg, {})]
+    problems += [unsourced(i) for i in nemo_engine_issues(cfg, {})]
     problems += async_problems(cfg)  # async GRPO runs NeMo RL's async_grpo_train (async_loop)
     if not here:  # a submission: its guard gate or preflight reports the guard rails in full
         return problems
     problems += guard_errors(recipe)
     if not workers_named(cfg):
-        problems += [f"{i.key}: {i.problem}. Fix: {i.fix}" for i in gpu_issues(cfg)]
+        problems += [unsourced(i) for i in gpu_issues(cfg)]
     return problems
+
+
+def unsourced(problem: Problem) -> str:
+    """One line of the engine's refusal: the problem without the file that set its key."""
+    return replace(problem, file=None).render()
 
 
 def workers_named(cfg: dict[str, Any]) -> bool:
@@ -51,7 +66,11 @@ def guard_errors(recipe: Recipe) -> list[str]:
     report = pre_launch_report(recipe)
     for finding in report.warnings:
         print(finding.line(), flush=True)
-    return [f"{f.key}: {f.what} [{f.rule}, {f.upstream}]. Fix: {f.fix}" for f in report.errors]
+    assumed = [r.note for r in report.results if "assumed:" in r.note]
+    for line in [*assumed, report.not_run]:
+        if line:
+            print(f"note: guard rails: {line}", flush=True)
+    return [f.problem(versions=False, source=False).render() for f in report.errors]
 
 
 def gpu_issues(cfg: dict[str, Any]) -> list[Any]:

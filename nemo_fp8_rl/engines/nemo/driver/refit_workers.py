@@ -24,6 +24,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from nemo_fp8_rl.config.user_error import UserError
 from nemo_fp8_rl.engines.nemo.driver.worker_env import (
     ASYNC_GENERATION_WORKER_FQN,
     CHECKED_ASYNC_GENERATION_WORKER_FQN,
@@ -48,7 +49,7 @@ CHECKED = {
 }
 
 
-class GenerationWorkerError(RuntimeError):
+class GenerationWorkerError(UserError, RuntimeError):
     """NeMo RL chose a vLLM worker the trainer-side FP8 refit cannot replace."""
 
 
@@ -86,9 +87,11 @@ def resolver(original: Any, quantize_on: str = "trainer") -> Any:
             return chosen
         if chosen not in replaced:
             raise GenerationWorkerError(
-                f"error: policy.generation: NeMo RL chose the vLLM worker {chosen}, which "
+                "policy.generation",
+                f"NeMo RL chose the vLLM worker {chosen}, which "
                 "refit.quantize_on: trainer cannot replace (it extends "
-                f"{' and '.join(REPLACED)} only). Fix: set refit.quantize_on: generator"
+                f"{' and '.join(REPLACED)} only)",
+                "set refit.quantize_on: generator",
             )
         project = replaced[chosen]
         executable = register_worker(project, chosen)

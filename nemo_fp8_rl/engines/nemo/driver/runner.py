@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -64,10 +65,7 @@ def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
         return
     problems = mx_problems(recipe.config, Path(info.location).parent)
     if problems:
-        raise EngineConfigError(
-            f"{recipe.name} cannot run on {info.describe()}:\n"
-            + "\n".join(f"  - {p.line_text()}" for p in problems)
-        )
+        raise EngineConfigError(recipe.name, f"cannot run on {info.describe()}", problems)
 
 
 def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Path:
@@ -77,17 +75,23 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
     try:
         rundir.check_owner(run_dir, recipe.config, resume=resume, overwrite=overwrite)
     except rundir.RunDirError as exc:
-        raise EngineConfigError(str(exc)) from exc
+        raise EngineConfigError(exc.where, exc.what, fix=exc.fix) from exc
     outputs.check_hand_set(recipe, resume=resume, overwrite=overwrite)  # the user's folders
     ckpt = Path(recipe.config["checkpointing"]["checkpoint_dir"])
     existing = sorted(ckpt.glob("step_*")) if ckpt.is_dir() else []
     if existing and not resume and not overwrite:
         raise EngineConfigError(
-            f"{ckpt} already holds checkpoints ({existing[-1].name}); pass --resume to continue "
-            "that run, --overwrite to start it over, or --run-dir to start a new one"
+            str(ckpt),
+            f"already holds checkpoints ({existing[-1].name})",
+            fix="pass --resume to continue that run, --overwrite to start it over, or --run-dir "
+            "to start a new one",
         )
     if resume and not existing:
-        raise EngineConfigError(f"--resume given but {ckpt} holds no step_* checkpoint")
+        raise EngineConfigError(
+            "--resume",
+            f"given but {ckpt} holds no step_* checkpoint",
+            fix="drop --resume to start the run, or pass the run dir that holds its checkpoints",
+        )
     if overwrite and not resume:
         _clear_outputs(recipe, ckpt, existing)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -164,7 +168,9 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
     each run to a new `exp_N` there, and `check_hand_set` refused one holding checkpoints."""
     mine = outputs.hand_set_paths(recipe)
     derived = [p for p in (ckpt, Path(recipe.config["logger"]["log_dir"])) if p not in mine]
-    outputs.remove_ours(derived, recipe.run_dir, mine)
+    kept = outputs.remove_ours(derived, recipe.run_dir, mine)
+    if kept:
+        print(f"note: {recipe.run_dir}: {outputs.kept_note(kept)}", file=sys.stderr)
 
 
 def checkpoint_step(path: str | Path | None) -> int:
@@ -325,10 +331,7 @@ def run(
     platform = platform_for(recipe.config, cpu_inputs)
     problems = check_recipe(recipe, platform) + platform.missing_inputs()
     if problems:
-        raise EngineConfigError(
-            f"{recipe.name} cannot run on the NeMo RL engine:\n"
-            + "\n".join(f"  - {p}" for p in problems)
-        )
+        raise EngineConfigError(recipe.name, "cannot run on the NeMo RL engine", problems)
     locked = Path(recipe.run_dir).resolve()
     lock.hold(locked)  # one training process per run dir, as on the embedded engine
     try:

@@ -20,6 +20,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import write_atomic
+from nemo_fp8_rl.config.user_error import UserError
+
 MODEL_CONFIGS = Path(__file__).parents[1] / "model_configs"
 SNAPSHOT = "0" * 40  # the cache's revision name for our files
 CHAT_TEMPLATE = (
@@ -28,13 +31,13 @@ CHAT_TEMPLATE = (
 )
 
 
-class NoLocalCopy(FileNotFoundError):
+class NoLocalCopy(UserError, FileNotFoundError):
     """The preflight has no local copy of something NeMo RL would download: what is missing
     (`what`), how to provide it (`fix`) and the recipe key that names it (`key`)."""
 
-    def __init__(self, what: str, fix: str = "", key: str | None = None) -> None:
-        super().__init__(f"{what}. Fix: {fix}" if fix else what)
-        self.what, self.fix, self.key = what, fix, key
+    def __init__(self, what: str, fix: str, key: str | None = None) -> None:
+        super().__init__(key or "preflight", what, fix)
+        self.key = key
 
 
 def shipped_models() -> list[str]:
@@ -119,10 +122,10 @@ def write_model(cache: Path, model_name: str) -> Path:
     snap = repo / "snapshots" / SNAPSHOT
     snap.mkdir(parents=True, exist_ok=True)
     config = model_config(model_name)
-    (snap / "config.json").write_text(json.dumps(config, indent=2))
-    _tiny_tokenizer(config).save_pretrained(snap)
+    write_atomic(snap / "config.json", json.dumps(config, indent=2))
+    _tiny_tokenizer(config).save_pretrained(snap)  # safe-write: private (the preflight's cache)
     (repo / "refs").mkdir(exist_ok=True)
-    (repo / "refs" / "main").write_text(SNAPSHOT)
+    write_atomic(repo / "refs" / "main", SNAPSHOT)
     return snap
 
 

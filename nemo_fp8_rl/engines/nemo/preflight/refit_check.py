@@ -33,9 +33,9 @@ from nemo_fp8_rl.engines.nemo.preflight.located import LocatedError
 from nemo_fp8_rl.engines.nemo.worker.trainer_refit import plan_layout, rules_for_worker, shape_only
 from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
     GROUPED_SLABS,
-    RefitPayloadError,
     check_refit_info,
 )
+from nemo_fp8_rl.refit.errors import RefitMismatch
 from nemo_fp8_rl.refit.nemo_fp8 import NemoFp8Layout, NemoFp8Rules
 
 KEY = "refit.quantize_on"
@@ -142,7 +142,7 @@ def refit_findings(
     )
     try:
         check_refit_info(metadata, vllm.__contains__, where="preflight", mx=rules.mx)
-    except RefitPayloadError as exc:
+    except RefitMismatch as exc:
         shown = "; ".join(exc.problems[:6]) + ("; ..." if len(exc.problems) > 6 else "")
         return [
             _error(

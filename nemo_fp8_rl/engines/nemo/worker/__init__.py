@@ -22,5 +22,5 @@ Crossing the boundary, in: the loss object with the bounds in force (every `poli
 shadow log-probs in NeMo RL's batch (`loss.SHADOW_KEYS`), the refit metadata and tensors (NeMo
 RL's ZeroMQ stream or collective broadcast); out: the loss metrics with the recorded calibration
 statistics (`observations.PAYLOAD_KEY`), and exceptions Ray rebuilds in the driver
-(`vllm_refit.RefitPayloadError`).
+(`refit.errors.RefitMismatch`).
 """

@@ -27,33 +27,21 @@ loads today is refused here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 
-SHOWN = 12  # problems listed in one message
+from nemo_fp8_rl.refit.errors import RefitMismatch
+
 FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
 
 
-class GeneratorRefitError(ValueError):
-    """The refit metadata does not match vLLM's served model; nothing was loaded."""
-
-    def __init__(self, where: str, problems: Sequence[str]) -> None:
-        self.where, self.problems = where, list(problems)
-        shown = "; ".join(self.problems[:SHOWN])
-        more = len(self.problems) - SHOWN
-        extra = f"; ... and {more} more" if more > 0 else ""
-        super().__init__(
-            f"error: {where}: the refit metadata does not match vLLM's model "
-            f"({len(self.problems)} problem(s)); no weight was loaded: {shown}{extra}. "
-            "Fix: serve the model the policy trains (policy.model_name and "
-            "policy.generation as loaded), from one recipe"
-        )
-
-    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
-        """Rebuilt from its arguments (Ray sends a worker's exception to the driver)."""
-        return type(self), (self.where, self.problems)
+METADATA = "the refit metadata does not match vLLM's model"
+METADATA_FIX = (
+    "serve the model the policy trains (policy.model_name and policy.generation as loaded), "
+    "from one recipe"
+)
 
 
 def _fused_parts(model: Any) -> dict[str, tuple[str, int]]:
@@ -148,5 +136,5 @@ class GeneratorRefitCheck:
         """Refuse metadata that disagrees with the model, then store it as NeMo RL does."""
         problems = generator_refit_problems(state_dict_info, self.model_runner.model)  # type: ignore[attr-defined]
         if problems:
-            raise GeneratorRefitError("prepare_refit_info", problems)
+            raise RefitMismatch("prepare_refit_info", METADATA, problems, METADATA_FIX)
         super().prepare_refit_info(state_dict_info)  # type: ignore[misc]

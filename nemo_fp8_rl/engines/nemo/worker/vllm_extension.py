@@ -33,11 +33,13 @@ from nemo_rl.models.generation.vllm.vllm_backend import VllmInternalWorkerExtens
 from nemo_fp8_rl.engines.nemo.worker.generator_refit_check import GeneratorRefitCheck
 from nemo_fp8_rl.engines.nemo.worker.vllm_refit import (
     GROUPED_SLABS,
+    PAYLOAD,
+    PAYLOAD_FIX,
     RefitInfo,
-    RefitPayloadError,
     check_refit_info,
     load_prequantized,
 )
+from nemo_fp8_rl.refit.errors import RefitMismatch
 
 
 def holds_fp8(model: Any, name: str) -> bool:
@@ -71,13 +73,15 @@ class TrainerFp8WorkerExtension(VllmInternalWorkerExtension):
         """Check the whole refit metadata against the model, then store it as NeMo RL does."""
         runner = self.model_runner
         if not fp8.is_fp8_model(runner.vllm_config):
-            raise RefitPayloadError(
+            raise RefitMismatch(
                 "prepare_refit_info",
+                PAYLOAD,
                 [
                     "vLLM runs without FP8 weights (no block-FP8 or MXFP8 quant_config), so FP8 "
                     "pairs have "
                     "nowhere to go; refit.quantize_on: trainer needs vllm_cfg.precision: fp8"
                 ],
+                PAYLOAD_FIX,
             )
         mx = bool(getattr(fp8.global_fp8_config, "is_mx", False))
         check_refit_info(state_dict_info, partial(holds_fp8, runner.model), mx=mx)

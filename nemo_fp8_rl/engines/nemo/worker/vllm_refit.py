@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from nemo_fp8_rl.refit.errors import RefitMismatch
+
 SCALE_SUFFIX = "_scale_inv"
 MX_SCALE_SUFFIX = "_scale_from_checkpoint"
 BLOCK = 128
@@ -36,30 +38,16 @@ MX_BLOCK = 32
 DRAFT_PREFIX = "draft."
 GROUPED_SLABS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
 FP8 = torch.float8_e4m3fn
-SHOWN = 12  # problems listed in one message
 
 HoldsFp8 = Callable[[str], bool]
 RefitInfo = Mapping[str, tuple[Any, torch.dtype]]
 
 
-class RefitPayloadError(ValueError):
-    """The FP8 refit payload does not match the vLLM model; nothing was loaded."""
-
-    def __init__(self, where: str, problems: Sequence[str]) -> None:
-        self.where, self.problems = where, list(problems)
-        shown = "\n".join(f"  - {p}" for p in self.problems[:SHOWN])
-        more = len(self.problems) - SHOWN
-        extra = f"\n  ... and {more} more" if more > 0 else ""
-        super().__init__(
-            f"error: {where}: the trainer-quantized FP8 refit does not match vLLM's model "
-            f"({len(self.problems)} problem(s)); no weight was loaded:\n{shown}{extra}\n"
-            "Fix: run both workers from the same recipe (refit.quantize_on and "
-            "policy.generation.vllm_cfg as loaded), or set refit.quantize_on: generator"
-        )
-
-    def __reduce__(self) -> tuple[type, tuple[str, list[str]]]:
-        """Rebuilt from its arguments (Ray sends a worker's exception to the driver)."""
-        return type(self), (self.where, self.problems)
+PAYLOAD = "the trainer-quantized FP8 refit does not match vLLM's model"
+PAYLOAD_FIX = (
+    "run both workers from the same recipe (refit.quantize_on and policy.generation.vllm_cfg "
+    "as loaded), or set refit.quantize_on: generator"
+)
 
 
 def scale_shape(shape: Sequence[int]) -> tuple[int, int]:
@@ -139,19 +127,19 @@ def _entry_problems(
 def check_refit_info(
     info: RefitInfo, holds_fp8: HoldsFp8, where: str = "prepare_refit_info", *, mx: bool = False
 ) -> None:
-    """Raise `RefitPayloadError` listing every problem of the whole refit metadata (`mx`: the
+    """Raise `RefitMismatch` listing every problem of the whole refit metadata (`mx`: the
     MXFP8 pairs of NeMo RL's `is_mx`)."""
     problems: list[str] = []
     for name, (shape, dtype) in info.items():
         problems += _entry_problems(name, _dims(shape), dtype, info, holds_fp8, mx)
     if problems:
-        raise RefitPayloadError(where, problems)
+        raise RefitMismatch(where, PAYLOAD, problems, PAYLOAD_FIX)
 
 
 def check_chunk(
     weights: Sequence[tuple[str, torch.Tensor]], info: RefitInfo, where: str = "refit chunk"
 ) -> None:
-    """Raise `RefitPayloadError` unless every tensor is one `info` announced, as announced."""
+    """Raise `RefitMismatch` unless every tensor is one `info` announced, as announced."""
     problems: list[str] = []
     seen: set[str] = set()
     for name, tensor in weights:
@@ -168,7 +156,7 @@ def check_chunk(
                 f"{dtype} {list(_dims(shape))}"
             )
     if problems:
-        raise RefitPayloadError(where, problems)
+        raise RefitMismatch(where, PAYLOAD, problems, PAYLOAD_FIX)
 
 
 def load_prequantized(
