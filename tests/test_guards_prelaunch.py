@@ -234,7 +234,10 @@ def test_a_gemm_shard_te_cannot_quantize_is_refused_per_scaling():
 
 # ---- memory -----------------------------------------------------------------------------------
 def test_a_recipe_over_the_workers_gpu_memory_is_refused():
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed, gpu="H100")
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     assert "generation peak" in rep.errors[0].what
@@ -385,7 +388,10 @@ def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_
 def test_an_unnamed_gpu_is_assumed_from_the_family_the_recipe_declares():
     """A Hopper-only recipe is checked for the H100 (the smallest Hopper GPU) when nothing
     names the workers' GPU, and says so; the memory-doomed variant is refused there."""
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed)
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     note = rep.result("memory").note

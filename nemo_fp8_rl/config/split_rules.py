@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_fp8_rl.config.errors import ConfigIssue
+from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.schema import source_of
 
@@ -33,7 +33,7 @@ def _get(config: dict, key: str) -> Any:
     return None if is_missing(value) else value
 
 
-def precision_split(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
+def precision_split(config: dict, prov: dict[str, str]) -> list[Problem]:
     """FP8 on one side of training/generation only, undeclared, is refused (module doc)."""
     train_fp8 = bool(_get(config, TRAIN))
     generate_fp8 = _get(config, GENERATE) == "fp8"
@@ -46,7 +46,7 @@ def precision_split(config: dict, prov: dict[str, str]) -> list[ConfigIssue]:
         key, what = TRAIN, f"FP8 generation ({GENERATE}: fp8) with BF16 training"
         fix = f"set {TRAIN}=true (configs/precision/fp8-blockwise.yaml) or {GENERATE}=bfloat16"
     return [
-        ConfigIssue(
+        Problem(
             key,
             f"{what}: a train/rollout precision split, which the field reports as a silent "
             f"failure ({SOURCE})",
