@@ -347,7 +347,7 @@ def test_compare_json_prints_the_verdict_and_writes_verdict_json(two_runs, capsy
     assert fp8["name"] == "fp8" and fp8["outcome"] == "lower"
     assert fp8["accuracy_gap_points"] == pytest.approx(-30.0)
     assert fp8["speedup"] == pytest.approx(2.0, rel=0.05)
-    assert fp8["text"].startswith("fp8 (FP8): 30.0 points below BF16")
+    assert fp8["text"].startswith("fp8 (FP8): below BF16: -30.0 points")
 
 
 def test_compare_over_seeds_writes_the_interval(tmp_path, capsys) -> None:

@@ -120,6 +120,10 @@ def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) ->
     assert "gpus_per_node: 1" in handed and "nemo-inputs/model" in handed
     env = json.loads((five_steps / "environment.json").read_text())
     assert env["engine"] == "nemo"
+    real_vllm = "generation: NeMo RL's vLLM worker" in (five_steps.parent / "train.out").read_text()
+    assert env["generator"]["backend"] == ("vllm" if real_vllm else "stand-in")
+    assert env["generator"]["reason"] and (env["generator"]["version"] is not None) == real_vllm
+    assert len(env["nemo_rl_tree"]["source_sha256"]) == 64  # the tree compare checks
     seconds = env["seconds"]
     for stage in ("handoff", "ray_start", "tokenizer_and_data", "setup_and_training", "total"):
         assert seconds[stage] >= 0, seconds

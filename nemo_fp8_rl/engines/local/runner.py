@@ -224,6 +224,15 @@ class Loop:
             logger.close()
 
 
+# environment.json's `generator` of an embedded run: its own rollout actor, never vLLM
+GENERATOR = {
+    "backend": "embedded",
+    "version": None,
+    "build": "cpu",
+    "reason": "the embedded engine's rollout actor (transformers; FP8 emulated by quantize-dequantize)",
+}
+
+
 def say(line: str) -> None:
     """A line on stdout at once (so that a start-up of a minute is never silent)."""
     print(line, flush=True)
@@ -295,6 +304,7 @@ def _run_locked(
             "num_threads": local.num_threads,
             "warmup": model_info,
             "resume": resume,
+            "generator": GENERATOR,
             "seconds": {
                 "ray_start": t_ray - t0,
                 "model_and_warmup": t_model - t_ray,

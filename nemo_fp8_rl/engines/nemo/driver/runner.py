@@ -101,13 +101,25 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
 
 
 def write_environment(
-    run_dir: Path, info: compat.NemoRLInfo, seconds: dict[str, float] | None = None
+    run_dir: Path,
+    info: compat.NemoRLInfo,
+    seconds: dict[str, float] | None = None,
+    served: dict[str, Any] | None = None,
 ) -> None:
-    """environment.json: versions, host, engine, which NeMo RL ran, and (once known) the seconds
-    of each stage of the run (`seconds`: the hand-off (on the CPU loop: the model and its
-    warm-up), Ray's start, tokenizer and data, NeMo RL's setup and training, total), as the
-    embedded engine records them."""
-    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    """environment.json: versions, host, engine, which NeMo RL ran (version, folder, and its
+    tree's commit and source digest, `served_by.tree_revision`), which generator served
+    (`served`, once the hand-off decided it), and (once known) the seconds of each stage of
+    the run (`seconds`: the hand-off (on the CPU loop: the model and its warm-up), Ray's start,
+    tokenizer and data, NeMo RL's setup and training, total), as the embedded engine records them."""
+    from nemo_fp8_rl.engines.nemo.driver.served_by import tree_revision
+
+    extra: dict[str, Any] = {
+        "nemo_rl": info.version,
+        "nemo_rl_location": info.location,
+        "nemo_rl_tree": tree_revision(info.location),
+    }
+    if served is not None:
+        extra["generator"] = served
     if seconds is not None:
         extra["seconds"] = seconds
     rundir.write_environment(run_dir, "nemo", extra)
@@ -344,11 +356,12 @@ def run(
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
         t0 = time.perf_counter()
         prepared = _prepare_nemo(recipe, platform)
+        write_environment(run_dir, info, served=platform.served())
         t_prepared = time.perf_counter()
         _train(recipe, run_dir, prepared, platform)
         end = time.perf_counter()
         seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
-        write_environment(run_dir, info, seconds)
+        write_environment(run_dir, info, seconds, platform.served())
     finally:
         platform.stop_ray()
         lock.release(locked)
