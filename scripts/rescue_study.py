@@ -30,7 +30,8 @@ from nemo_fp8_rl.cli.common import invoke  # noqa: E402
 from nemo_fp8_rl.config.safe_files import write_atomic  # noqa: E402
 from nemo_fp8_rl.config.user_error import UsageError  # noqa: E402
 from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
-from nemo_fp8_rl.study import dose, endpoints, grid, rescue  # noqa: E402
+from nemo_fp8_rl.study import dose, endpoints, grid, rescue, rescue_report  # noqa: E402
+from nemo_fp8_rl.study.doc_blocks import write_block  # noqa: E402
 
 
 def _launch(recipes: list[Path], seeds: list[int], out: Path, jobs: int) -> int:
@@ -82,6 +83,20 @@ def reproduce(out: Path, jobs: int) -> int:
     return 0 if not diffs else 1
 
 
+RUNS = ("grpo-dose-*", "grpo-rescue-*")  # the study's runs: reference arms, rescue arms
+
+
+def table(write: bool) -> int:
+    """Print (and with `write`, write into docs/study/rescue.md) the tables and verdict; every
+    value is computed before anything is written."""
+    text = rescue_report.markdown()
+    if write:
+        write_block(rescue.PAGE, rescue.BLOCK, text)
+        print(f"wrote {rescue.PAGE}")
+    print(text)
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["reproduce", "run", "passk", "archive", "table", "figure"])
@@ -101,7 +116,16 @@ def main(argv: list[str] | None = None) -> int:
         return reproduce(args.out, args.jobs)
     if args.what == "run":
         return run(args.phase, parse_seeds(args.seeds), args.out, args.jobs)
-    raise UsageError(args.what, "not implemented yet", "use reproduce or run")
+    if args.what == "passk":
+        return max(dose.pass_at_k_all(args.out, runs) for runs in RUNS)
+    if args.what == "archive":
+        for runs in RUNS:
+            dose.archive(args.out, rescue.ARCHIVE, runs)
+        return 0
+    if args.what == "figure":
+        print(rescue_report.figure())
+        return 0
+    return table(args.write)
 
 
 if __name__ == "__main__":

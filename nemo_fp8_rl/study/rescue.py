@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes" / "study" / "rescue"
 DOCS = ROOT / "docs" / "study" / "rescue"
 ARCHIVE = DOCS / "runs"
+PAGE = DOCS.parent / "rescue.md"
+BLOCK = ("<!-- rescue-tables:begin -->", "<!-- rescue-tables:end -->")
 # Keys that measure the machine, not the run: wall time, throughput, load, per-stage timing.
 TIMING_PREFIXES = ("timing/", "perf/", "throughput/", "system/")
 TIMING_KEYS = ("wall_seconds", "tokens_per_second", "step_seconds", "time")
