@@ -24,6 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 VENDOR = ROOT.parent / "shared" / "vendor" / "nemo-rl-v0.7.0.tar.gz"
 README = (ROOT / "README.md").read_text(encoding="utf-8")
+NEMO_RL_ENV = Path(
+    os.environ.get("NEMO_RL_ENV", Path.home() / ".cache" / "nemo-fp8-rl" / "nemo-rl-env")
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -90,7 +93,7 @@ def test_the_first_hour_block_runs_as_written(tmp_path):
             skipped.append(f"{line}: {why_not}")
             continue
         done = _run(line, checkout, env)
-        built = "syncing " not in done.stderr or "nemo_fp8_rl" in done.stdout
+        built = (NEMO_RL_ENV / "nemo-fp8-rl-lock.sha256").is_file()  # the script's stamp
         if line.startswith("bash scripts/nemo-rl-env.sh") and done.returncode != 0 and not built:
             last = (done.stderr.strip().splitlines() or ["?"])[-1]
             why_not = f"NeMo RL's environment could not be built here: {last}"
