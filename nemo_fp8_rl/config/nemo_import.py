@@ -365,7 +365,7 @@ def load_recipe_or_import(
             raise RecipeError(str(path), [_at_source(p, dest, path) for p in exc.issues]) from None
     # The temporary copy is gone: keys set by it are named at the NeMo RL file they came from.
     prov = {k: v.replace(str(dest), str(path)) for k, v in recipe.provenance.items()}
-    return dataclasses.replace(recipe, path=path, provenance=prov)
+    return dataclasses.replace(recipe, path=path, provenance=prov, ref=str(ref))
 
 
 def _at_source(problem: Problem, copy: Path, source: Path) -> Problem:
