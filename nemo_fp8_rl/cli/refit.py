@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import shutil
 import sys
 import tempfile
@@ -110,6 +111,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"wrote {args.out}: scheme {plan.scheme} ({plan.scale} scales), {len(plan.fp8_names)} FP8 "
         f"weights, {len(plan.bf16_names)} BF16 tensors, {len(plan.ignored_layers)} ignored layers "
         f"({time.perf_counter() - start:.1f} s)"
+    )
+    print("next:")
+    print(
+        f"  vllm serve {shlex.quote(str(args.out))}   # in vLLM's environment, on a GPU: vLLM reads "
+        "its quantization_config (NeMo RL's generation loads the same layout)"
     )
     return 0
 

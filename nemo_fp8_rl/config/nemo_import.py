@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -358,4 +358,4 @@ def load_recipe_or_import(
         f"`nemo_fp8_rl.recipes import {path} FILE.yaml` keeps a copy to edit",
         file=sys.stderr,
     )
-    return load_recipe(dest, overrides, run_dir=run_dir)
+    return replace(load_recipe(dest, overrides, run_dir=run_dir), ref=str(ref))

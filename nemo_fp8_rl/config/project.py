@@ -211,6 +211,12 @@ class RefitConfig(_Section):
         "generator: NeMo RL's vLLM worker quantizes the BF16 weights it receives; trainer: the "
         "Megatron worker sends (E4M3, scale_inv) pairs that vLLM loads as they are",
     )
+    precision_split: bool = Field(
+        False,
+        description="true: training and generation run in different precisions on purpose "
+        "(FP8 generation over BF16 training, NeMo RL's FP8-rollout setting); an undeclared "
+        "split is refused (config/split_rules.py)",
+    )
 
 
 class SlurmConfig(_Section):

@@ -212,6 +212,6 @@ def figure(archive: Path = ARCHIVE, out: Path | None = None) -> Path:
     ax.set_title("Rescue study: o decision family (Holm), s descriptive; 95 % t-intervals")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic_with(path, lambda f: fig.savefig(f, format="png", dpi=110))
+    write_atomic_with(path, lambda f: fig.savefig(f, format="png", dpi=110))  # safe-write: fd
     plt.close(fig)
     return path

@@ -22,7 +22,7 @@ import torch
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
-from nemo_fp8_rl.engines.local import bf16_scoring, precision
+from nemo_fp8_rl.engines.local import bf16_scoring, faults, precision
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
 from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
@@ -317,6 +317,11 @@ def _run_locked(
         loop.run(resume_from=resume_from, progress=progress and local.progress)
         extra["seconds"]["total"] = time.perf_counter() - t0
         rundir.write_environment(run_dir, "local", extra)
+    except Exception as exc:
+        fault = faults.located(exc, recipe)  # an actor died or raised: located, resumable
+        if fault is None:
+            raise
+        raise fault from exc
     finally:
         if started:
             ray.shutdown()
