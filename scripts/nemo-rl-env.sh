@@ -118,6 +118,9 @@ if [[ "${1:-}" == "--" ]]; then
   shift
   # this checkout and the NeMo RL tree first on the path (Ray passes it to every actor)
   export PATH="$ENV_DIR/bin:$PATH" VIRTUAL_ENV="$ENV_DIR" NEMO_RL_SRC="$SRC"
+  # the flags of this call, so that the commands a run prints to paste next use this environment
+  export NEMO_FP8_RL_ENV_FLAGS=""
+  [[ $VLLM -eq 1 ]] && NEMO_FP8_RL_ENV_FLAGS="--vllm"
   export PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}"
   exec "$@"
 fi

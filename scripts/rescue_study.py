@@ -58,23 +58,26 @@ def run(phase: int, seeds: list[int], out: Path, jobs: int) -> int:
 
 
 def reproduce(out: Path, jobs: int) -> int:
-    """Rerun the pre-registered reference run at this commit (kept when `out` already holds it)
-    and compare it with its archive:
-    prints the verdict (and up to 20 differences), writes `<out>/reproducibility.json`; 0 when
-    bit-identical, 1 otherwise."""
+    """Rerun the pre-registered reference run at this commit (a finished one in `out` is kept)
+    and compare it with its archive: prints the verdict (and up to 20 differences), writes
+    `docs/study/rescue/reproducibility.json` (with the rerun's provenance); 0 when bit-identical,
+    1 otherwise."""
     spec = endpoints.load().rescue.reproducibility
     name = dose.arm_name(spec.arm)
-    if _launch([dose.RECIPES / f"{name}.yaml"], [spec.seed], out, jobs):
-        return 1
     run_dir = out / name / f"seed-{spec.seed}"  # also the study's own reference run
+    if not dose.finished(run_dir) and _launch(
+        [dose.RECIPES / f"{name}.yaml"], [spec.seed], out, jobs
+    ):
+        return 1
     archived = dose.ARCHIVE / name / f"seed-{spec.seed}" / "metrics.jsonl.gz"
-    diffs = rescue.reproduce_differences(
-        rescue.read_metrics(run_dir / "metrics.jsonl"), rescue.read_metrics(archived)
-    )
+    old = rescue.read_metrics(archived)
+    diffs = rescue.reproduce_differences(rescue.read_metrics(run_dir / "metrics.jsonl"), old)
     prov = json.loads((run_dir / grid.PROVENANCE).read_text(encoding="utf-8"))
     record = {"arm": spec.arm, "seed": spec.seed, "identical": not diffs,
+              "values_compared": rescue.compared_values(old), "values_differing": len(diffs),
               "differences": diffs[:200], "provenance": prov}  # fmt: skip
-    write_atomic(out / "reproducibility.json", json.dumps(record, indent=1) + "\n")
+    rescue.DOCS.mkdir(parents=True, exist_ok=True)
+    write_atomic(rescue.DOCS / "reproducibility.json", json.dumps(record, indent=1) + "\n")
     verdict = "bit-identical" if not diffs else f"{len(diffs)} values differ"
     print(f"{name} seed {spec.seed} rerun at {prov['start']['commit'][:12]}: {verdict} "
           f"(every non-timing value of every step against {archived})")  # fmt: skip

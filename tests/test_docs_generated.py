@@ -150,3 +150,13 @@ def test_rescue_tables_match_the_archived_runs():
 def test_calibration_cost_table_matches_the_committed_runs():
     cost = _script("calibration_cost")
     assert _block(cost.PAGE, *cost.BLOCK) == cost.table().strip()
+
+
+def test_rescue_reproducibility_numbers_are_the_recorded_ones():
+    from nemo_fp8_rl.study import rescue
+
+    rec = json.loads((rescue.DOCS / "reproducibility.json").read_text(encoding="utf-8"))
+    text = rescue.PAGE.read_text(encoding="utf-8")
+    assert not rec["identical"]
+    assert f"{rec['values_differing']:,} of {rec['values_compared']:,} non-timing values" in text
+    assert rec["provenance"]["start"]["commit"][:7] in text

@@ -367,9 +367,17 @@ def test_recipes_show_memory_gives_a_breakdown_for_every_gpu_recipe(capsys):
     for path in GPU_RECIPES:
         assert invoke(main, ["show", str(path), "--memory"]) == 0, short_name(path)
         out = capsys.readouterr().out
-        for gpu in ("H100", "H200", "B200", "GB200"):
-            assert f"{gpu} (" in out, (short_name(path), out)
+        for gpu in ("H100", "H200", "B200", "GB200"):  # estimated, or said not to run there
+            assert f"{gpu} (" in out or f"{gpu}: not estimated: " in out, (short_name(path), out)
         assert "trainer (Megatron rank)" in out and "KV cache" in out and "peaks (GiB)" in out
+    hopper = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8"
+    assert invoke(main, ["show", hopper, "--memory", "--gpu", "B200"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "fits" not in out
+        and "B200: not estimated: grpo-qwen3-8b-base-1n8g-fp8 runs on Hopper" in out
+    )
+    assert "Blackwell sibling: qwen3-8b-base/grpo-qwen3-8b-base-2n4g-fp8-mxfp8" in out
     assert invoke(main, ["show", "tiny/grpo-tiny-qwen3-cpu-fp8", "--memory"]) == 2
     assert "a CPU recipe has no GPU memory estimate" in capsys.readouterr().err
 

@@ -38,10 +38,10 @@ def test_a_dry_run_prints_the_script_and_says_a_real_submit_is_refused(tmp_path,
 
 def test_a_real_submit_is_refused_before_anything_is_queued(tmp_path, capsys):
     assert invoke(main, [*GPU, "--run-dir", str(tmp_path / "run")]) == 3
-    (line,) = capsys.readouterr().err.strip().splitlines()
+    line = capsys.readouterr().err.strip().splitlines()[-1]  # after the guard rails' table
     assert line.startswith("error: ") and "(the job's Python): the job runs" in line
     assert "Fix: submit from NeMo RL's environment" in line and "--container IMAGE" in line
-    assert not (tmp_path / "run").exists()
+    assert not (tmp_path / "run" / "slurm").exists()  # no job script written, nothing queued
 
 
 def test_a_job_in_a_container_brings_its_own_environment(tmp_path, capsys):

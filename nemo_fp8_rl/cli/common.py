@@ -120,7 +120,8 @@ def wait_seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
         raise argparse.ArgumentTypeError(
-            f"expected seconds > 0 and at most {MAX_WAIT_S:g} (a day), got {shown(text)!r}"
+            f"expected a finite number of seconds > 0 and at most {MAX_WAIT_S:g} (a day), "
+            f"got {shown(text)!r}"
         )
     return value
 

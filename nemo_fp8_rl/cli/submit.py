@@ -276,6 +276,13 @@ def run_submit(args: argparse.Namespace) -> int:
         if job_python is not None:
             print(f"note: a real submit from here is refused: {job_python}", file=sys.stderr)
         return 0
+    if not spec.is_array:  # array tasks' run dirs were checked per seed
+        rundir.check_owner(
+            spec.run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite
+        )
+    refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
+    if refused is not None:
+        return refused
     if job_python is not None:
         raise EngineUnavailable(
             f"{sys.executable} (the job's Python)",
@@ -285,13 +292,6 @@ def run_submit(args: argparse.Namespace) -> int:
             "the job in NVIDIA's nemo-rl container (--container IMAGE) or give a "
             "slurm.setup_command that activates NeMo RL's environment",
         )
-    if not spec.is_array:  # array tasks' run dirs were checked per seed
-        rundir.check_owner(
-            spec.run_dir, recipe.config, resume=args.resume, overwrite=args.overwrite
-        )
-    refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
-    if refused is not None:
-        return refused
     _, script_file = write_job_files(recipe, script, spec.log_root)
     job_id = submit(script_file)
     print(f"Submitted job {job_id}")

@@ -99,3 +99,9 @@ def reproduce_differences(rerun: list[dict], archived: list[dict]) -> list[str]:
             elif not _same(new[key], old[key]):
                 diffs.append(f"step {step} {key}: {new[key]!r} != {old[key]!r}")
     return diffs
+
+
+def compared_values(records: list[dict]) -> int:
+    """How many values `reproduce_differences` compares in a run's records (non-timing values
+    of the metric records)."""
+    return sum(1 for r in records if "event" not in r for k in r if not _timing(k))
