@@ -245,7 +245,10 @@ def test_a_gemm_shard_te_cannot_quantize_is_refused_per_scaling():
 
 # ---- memory -----------------------------------------------------------------------------------
 def test_a_recipe_over_the_workers_gpu_memory_is_refused():
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed, gpu="H100")
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     assert "generation peak" in rep.errors[0].what
@@ -261,11 +264,17 @@ def test_deepseek_bf16_weights_at_vllm_tp16_exceed_an_h100():
 
 
 def test_colocated_fp8_sized_by_utilisation_alone_is_warned_on_vllm_025(trees):
-    rep = report(QWEN8, tree=trees["7ea279a"])
+    unpinned = ["~policy.generation.vllm_kwargs.kv_cache_memory_bytes"]  # the shipped one pins it
+    rep = report(QWEN8, unpinned, tree=trees["7ea279a"])
     (warning,) = [f for f in rep.warnings if f.rule == "memory/kv-sizing"]
     assert "kv_cache_memory_bytes" in warning.fix and "PR #3280" in warning.upstream
     assert not [
-        f for f in report(QWEN8, tree=trees["v0.7.0"]).warnings if f.rule == "memory/kv-sizing"
+        f
+        for f in report(QWEN8, unpinned, tree=trees["v0.7.0"]).warnings
+        if f.rule == "memory/kv-sizing"
+    ]
+    assert not [
+        f for f in report(QWEN8, tree=trees["7ea279a"]).warnings if f.rule == "memory/kv-sizing"
     ]
     assert not [
         f for f in report(LLAMA, tree=trees["7ea279a"]).warnings if f.rule == "memory/kv-sizing"
@@ -358,9 +367,17 @@ def test_recipes_show_memory_gives_a_breakdown_for_every_gpu_recipe(capsys):
     for path in GPU_RECIPES:
         assert invoke(main, ["show", str(path), "--memory"]) == 0, short_name(path)
         out = capsys.readouterr().out
-        for gpu in ("H100", "H200", "B200", "GB200"):
-            assert f"{gpu} (" in out, (short_name(path), out)
+        for gpu in ("H100", "H200", "B200", "GB200"):  # estimated, or said not to run there
+            assert f"{gpu} (" in out or f"{gpu}: not estimated: " in out, (short_name(path), out)
         assert "trainer (Megatron rank)" in out and "KV cache" in out and "peaks (GiB)" in out
+    hopper = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8"
+    assert invoke(main, ["show", hopper, "--memory", "--gpu", "B200"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "fits" not in out
+        and "B200: not estimated: grpo-qwen3-8b-base-1n8g-fp8 runs on Hopper" in out
+    )
+    assert "Blackwell sibling: qwen3-8b-base/grpo-qwen3-8b-base-2n4g-fp8-mxfp8" in out
     assert invoke(main, ["show", "tiny/grpo-tiny-qwen3-cpu-fp8", "--memory"]) == 2
     assert "a CPU recipe has no GPU memory estimate" in capsys.readouterr().err
 
@@ -397,7 +414,10 @@ def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_
 def test_an_unnamed_gpu_is_assumed_from_the_family_the_recipe_declares():
     """A Hopper-only recipe is checked for the H100 (the smallest Hopper GPU) when nothing
     names the workers' GPU, and says so; the memory-doomed variant is refused there."""
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed)
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     note = rep.result("memory").note

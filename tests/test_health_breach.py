@@ -97,12 +97,13 @@ def test_nemo_rls_loop_stops_at_the_first_checkpoint_after_the_breach(tmp_path, 
     jsonl = tmp_path / "metrics.jsonl"
     stop = BreachStop(cfg, "run", "nemo_fp8_rl.train --recipe R --engine nemo --resume")
     tee = MetricsTee(Recorder(), jsonl, health_monitor(cfg, jsonl), stop)
-    for step in range(1, 6):
-        tee.log_metrics({"token_mult_prob_error": 1.01, "gen_kl_error": 0.001}, step, "train")
+    row = {"token_mult_prob_error": 1.01, "gen_kl_error": 0.001}
+    for step in range(1, 6):  # NeMo RL's last call of a step says step_finished
+        tee.log_metrics(row, step, "train", step_finished=True)
     assert stop.pending is not None and stop.pending.step == 5  # breached, not yet saved
     (tmp_path / "checkpoints" / "step_6").mkdir(parents=True)
     with pytest.raises(HealthBreach) as caught:
-        tee.log_metrics({"token_mult_prob_error": 1.01}, 6, "train")
+        tee.log_metrics(row, 6, "train", step_finished=True)
     assert "the checkpoint" in str(caught.value) and "step_6" in str(caught.value)
     assert "--engine nemo --resume" in str(caught.value) and logged[-1] == (6, "train")
     assert "health: step 5" in capsys.readouterr().out

@@ -162,6 +162,7 @@ class CpuLoop:
     def __init__(self, inputs: Callable[[Path], dict[str, str]] | None) -> None:
         self.inputs = inputs
         self.real_vllm = False  # decided with the hand-off (`generation_choice`)
+        self.reason = "not decided yet (before the hand-off)"
 
     def problems(self, config: dict[str, Any]) -> list[str]:
         """What stops the recipe on the CPU loop (`check_cpu_recipe`)."""
@@ -183,8 +184,15 @@ class CpuLoop:
         """The hand-off with the CPU loop's values and the inputs written into `run_dir`."""
         if self.inputs is None:
             raise ValueError("the CPU loop needs its model and data (cpu_inputs)")
-        self.real_vllm = generation_choice(config).real_vllm
+        choice = generation_choice(config)
+        self.real_vllm, self.reason = choice.real_vllm, choice.reason
         return cpu_config(config, self.inputs(run_dir), self.real_vllm)
+
+    def served(self) -> dict[str, Any]:
+        """The generator that serves this run's rollouts (`vllm_choice.served_record`)."""
+        from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import served_record
+
+        return served_record(self.real_vllm, self.reason, "cpu")
 
     def start_ray(self, config: dict[str, Any]) -> None:
         """A local Ray with the recipe's logical GPUs and the CPU workers registered."""
