@@ -120,7 +120,8 @@ def wait_seconds(text: str) -> float:
         value = math.nan
     if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
         raise argparse.ArgumentTypeError(
-            f"expected seconds > 0 and at most {MAX_WAIT_S:g} (a day), got {shown(text)!r}"
+            f"expected a finite number of seconds > 0 and at most {MAX_WAIT_S:g} (a day), "
+            f"got {shown(text)!r}"
         )
     return value
 
@@ -170,9 +171,22 @@ def add_gpu_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu",
         metavar="TYPE",
+        type=gpu_type,
         help=f"the workers' GPU type ({', '.join(gpu_names())}): FP8 scale formats and the memory "
         "check are decided for it, never for this machine's GPU (sets slurm.gpu)",
     )
+
+
+def gpu_type(text: str) -> str:
+    """An argparse type: a GPU type of the closed list (`config.gpus`), by its canonical name;
+    an empty name or a near miss is refused, naming the nearest type."""
+    from nemo_fp8_rl.config.gpus import find_gpu, unknown_gpu_fix
+
+    gpu = find_gpu(text)
+    if gpu is None:
+        what = "an empty GPU type" if not text.strip() else f"unknown GPU type {shown(text)!r}"
+        raise argparse.ArgumentTypeError(f"{what}; {unknown_gpu_fix(text)}")
+    return gpu.name
 
 
 def gpu_overrides(args: argparse.Namespace) -> list[str]:

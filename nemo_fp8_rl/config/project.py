@@ -244,13 +244,13 @@ class SlurmConfig(_Section):
     @classmethod
     def _known_gpu(cls, gpu: str | None) -> str | None:
         """A GPU type of `config.gpus` (any spelling it knows), stored by its canonical name."""
-        from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+        from nemo_fp8_rl.config.gpus import find_gpu, unknown_gpu_fix
 
         if gpu is None:
             return None
         found = find_gpu(gpu)
         if found is None:
-            raise ValueError(f"unknown GPU type {gpu!r}; use one of {', '.join(gpu_names())}")
+            raise ValueError(f"unknown GPU type {gpu!r}; {unknown_gpu_fix(gpu)}")
         return found.name
 
     @field_validator("env", mode="before")

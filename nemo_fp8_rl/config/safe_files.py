@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from nemo_fp8_rl.config.temp_files import sibling_prefix, sweep_siblings
 from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
 FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -162,7 +163,9 @@ def write_folder(path: Path, build: Callable[[Path], object], what: str = "folde
     if path.exists() and not path.is_dir():
         raise UnsafePath(path, "is a file, not a folder", "remove it, or choose another path")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    for tag in ("tmp", "old"):  # what a killed writer (SIGKILL) left beside `path`
+        sweep_siblings(path, tag)
+    tmp = Path(tempfile.mkdtemp(prefix=sibling_prefix(path, "tmp"), dir=path.parent))
     try:
         build(tmp)
     except BaseException as exc:
@@ -174,7 +177,7 @@ def write_folder(path: Path, build: Callable[[Path], object], what: str = "folde
         raise
     old = None
     if path.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        old = Path(tempfile.mkdtemp(prefix=sibling_prefix(path, "old"), dir=path.parent))
         os.replace(path, old / "previous")
     try:
         os.replace(tmp, path)

@@ -85,7 +85,7 @@ def command_timeout() -> float:
     if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
         raise SlurmError(
             f"NEMO_FP8_RL_SLURM_TIMEOUT_S={shown(text)!r}",
-            f"not a number of seconds > 0 and at most {MAX_TIMEOUT_S:g}",
+            f"not a finite number of seconds > 0 and at most {MAX_TIMEOUT_S:g}",
             "set it to e.g. 60, or unset it",
         )
     return value

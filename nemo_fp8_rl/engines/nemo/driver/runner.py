@@ -239,17 +239,20 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
 
 
 @contextlib.contextmanager
-def _located_faults(recipe: Recipe) -> Iterator[None]:
-    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`)."""
+def _located_faults(recipe: Recipe, *owners: Any) -> Iterator[None]:
+    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`),
+    naming the actor of `owners`' worker groups that died, when one did."""
     try:
         yield
     except Exception as exc:
+        dead = worker_faults.dead_workers(owners) if worker_faults.is_fault(exc) else []
         fault = worker_faults.located(
             exc,
             recipe.name,
             recipe.config["checkpointing"]["checkpoint_dir"],
             train_command(recipe, "nemo"),
             train_command(recipe, "nemo", "--overwrite"),
+            dead,
         )
         if fault is None:
             raise
@@ -297,7 +300,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     vllm_cfg = prepared.master_config.policy["generation"]["vllm_cfg"]
     try:
         with (
-            _located_faults(recipe),
+            _located_faults(recipe, policy_generation, policy),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
             served_guard(grpo, vllm_cfg, policy_generation),
         ):
