@@ -55,6 +55,20 @@ def with_sampling(suite, samples: int | None, pass_ks: list[int] | None):  # noq
     return dataclasses.replace(suite, pass_ks=tuple(ks))
 
 
+def sized_suite(suite, engine: str, num_problems, samples, pass_ks):  # noqa: ANN001, ANN201
+    """The suite with `--num-problems` (CPU suite only), `--samples` and `--pass-k` applied and
+    checked: the one decision a real evaluation and its dry run share."""
+    if num_problems is not None:
+        if engine != "local":
+            raise UsageError(
+                f"--num-problems {num_problems}",
+                f"sets the size of the CPU suite; {suite.name} has fixed benchmarks",
+                "leave --num-problems out",
+            )
+        suite = dataclasses.replace(suite, num_problems=num_problems)
+    return with_sampling(suite, samples, pass_ks)
+
+
 def evaluate_run(
     run_dir: Path,
     checkpoint: str = "last",
@@ -74,15 +88,7 @@ def evaluate_run(
         request.suite,
         request.selection,
     )
-    if num_problems is not None:
-        if engine != "local":
-            raise UsageError(
-                f"--num-problems {num_problems}",
-                f"sets the size of the CPU suite; {suite.name} has fixed benchmarks",
-                "leave --num-problems out",
-            )
-        suite = dataclasses.replace(suite, num_problems=num_problems)
-    suite = with_sampling(suite, samples, pass_ks)
+    suite = sized_suite(suite, engine, num_problems, samples, pass_ks)
     t0 = time.perf_counter()
     missing: dict[str, str] = {}
     print(f"evaluating {run_dir.name} {selection.selector} (step {selection.step}) on {suite.name}")
@@ -129,15 +135,19 @@ def _print_best_note(run_dir: Path, selection) -> None:
         print(f"  {note}")
 
 
-def dry_run(run_dir: Path, checkpoint: str, suite_name: str | None, data_dir: Path | None) -> int:
-    """Check every argument as a real evaluation does and print what it would do; exit code 3
-    when the engine the run needs is not usable here (a GPU run without NeMo RL), as `train`."""
-    request = check_request(run_dir, checkpoint, suite_name, data_dir)
-    selection, suite = request.selection, request.suite
+def dry_run(args: argparse.Namespace) -> int:
+    """Check every argument as a real evaluation does (`--num-problems`, `--samples` and
+    `--pass-k` included: `sized_suite`) and print what it would do; exit code 3 when the engine
+    the run needs is not usable here (a GPU run without NeMo RL), as `train`."""
+    run_dir = args.run
+    request = check_request(run_dir, args.checkpoint, args.suite, args.data_dir)
+    selection = request.selection
+    suite = sized_suite(request.suite, request.engine, args.num_problems, args.samples, args.pass_k)
+    benches = ", ".join(f"{b.name}: {b.samples} sample(s) per problem" for b in suite.benchmarks)
     print(
         f"would evaluate {run_dir} {selection.selector} (step {selection.step}) on {suite.name} "
-        f"({', '.join(b.name for b in suite.benchmarks)}) with the {request.engine} engine, "
-        f"writing {run_dir / 'eval' / (suite.name + '.json')}"
+        f"({benches}; pass@{', pass@'.join(map(str, suite.pass_ks))}) with the {request.engine} "
+        f"engine, writing {run_dir / 'eval' / (suite.name + '.json')}"
     )
     _print_best_note(run_dir, selection)
     if request.engine == "nemo":
@@ -189,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     if args.dry_run:
-        return dry_run(args.run, args.checkpoint, args.suite, args.data_dir)
+        return dry_run(args)
     # a bad argument or run (UsageError, exit code 2) or NeMo RL's tools failing or missing
     # (NemoEvalError, 1) is reported by `invoke`
     evaluate_run(
