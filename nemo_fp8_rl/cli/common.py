@@ -139,14 +139,30 @@ def int_up_to(high: int) -> Callable[[str], int]:
     return parse
 
 
+class OneRecipe(argparse.Action):
+    """`--recipe`/`--config` given once: a second one (`--config A --recipe B`) would silently
+    pick one of two recipe sources, so it is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None and earlier != self.default:
+            parser.error(
+                f"{option_string} {values}: the recipe was already given ({earlier!r}); "
+                "--recipe and --config name the same thing, pass one of them once"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """`--recipe R` (or NeMo RL's `--config R`) plus trailing `dotted.key=value` and `~dotted.key` overrides."""
     parser.add_argument(
         "--recipe",
         "--config",  # NeMo RL's own scripts take the config as --config
         dest="recipe",
+        action=OneRecipe,
         required=required,
-        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8 (--config: the same)",
+        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8 (--config: the same; "
+        "given once)",
     )
     parser.add_argument(
         "overrides",

@@ -7,8 +7,10 @@ complete base config instead (see `nemo_fp8_rl.config.schema`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -217,6 +219,38 @@ class RefitConfig(_Section):
         "(FP8 generation over BF16 training, NeMo RL's FP8-rollout setting); an undeclared "
         "split is refused (config/split_rules.py)",
     )
+
+
+HEALTH_TABLE = Path(__file__).resolve().parents[1] / "guards" / "health_ranges.yaml"
+
+
+def median_metrics() -> set[str]:
+    """The metrics the committed health table judges by their median (`guards.health`)."""
+    raw = yaml.safe_load(HEALTH_TABLE.read_text(encoding="utf-8"))
+    return {r["metric"] for r in raw["rules"] if r["statistic"] == "median"}
+
+
+class HealthConfig(_Section):
+    """What a run does when its train/generation mismatch leaves its healthy range for K steps
+    (`guards.health`): `warn` prints the line and records the event; `stop` also saves a
+    checkpoint and ends the run with the error that names the metric, its statistic, the range,
+    its source and the command that resumes. `limits` replaces the published median limit of a
+    metric for this recipe (its source then reads "this recipe's health.limits")."""
+
+    on_breach: Literal["warn", "stop"] = "warn"
+    limits: dict[str, float] = {}
+
+    @field_validator("limits")
+    @classmethod
+    def _known_metrics(cls, limits: dict[str, float]) -> dict[str, float]:
+        """Each metric one the health table judges by its median."""
+        known = median_metrics()
+        for name in limits:
+            if name not in known:
+                raise ValueError(
+                    f"{name!r} is not judged by its median; use one of {sorted(known)}"
+                )
+        return limits
 
 
 class SlurmConfig(_Section):

@@ -38,7 +38,7 @@ from nemo_fp8_rl.engines.nemo.driver.handoff import (
     validate_with_nemo_rl,
     write_handoff,
 )
-from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee, health_monitor
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import BreachStop, MetricsTee, health_monitor
 from nemo_fp8_rl.engines.nemo.driver.platform import CpuInputs, Platform, platform_for
 from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
     EngineConfigError as EngineConfigError,
@@ -53,6 +53,7 @@ from nemo_fp8_rl.engines.nemo.driver.served_guard import served_guard
 from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
 from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
+from nemo_fp8_rl.guards.breach import on_breach
 from nemo_fp8_rl.runs import lock, outputs, rundir
 from nemo_fp8_rl.runs.resume import keep_completed_rows, train_command
 
@@ -294,7 +295,13 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     jsonl = run_dir / "metrics.jsonl"
     keep_completed_rows(jsonl, checkpoint_step(latest))  # the steps after it train again
-    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
+    resume = train_command(recipe, "nemo")
+    stop = (
+        BreachStop(recipe.config, recipe.name, resume)
+        if on_breach(recipe.config) == "stop"
+        else None
+    )
+    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl), stop)
     # the vLLM config NeMo RL runs with: the platform's hand-off may keep more layers BF16
     # (the CPU loop on real vLLM: the fused parts that are not whole FP8 blocks)
     vllm_cfg = prepared.master_config.policy["generation"]["vllm_cfg"]
