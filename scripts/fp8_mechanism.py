@@ -226,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     open_append(Path(args.out)).close()  # refused before anything runs: a link, a pipe, a folder
     for name in names:
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory() as tmp:
+        print(f"running  {name} ({args.steps} steps)", flush=True)
+        with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-mechanism-") as tmp:
             res = run_variant(VARIANTS[name], args.steps, Path(tmp))
         res["seconds"] = time.perf_counter() - t0
         line = {"variant": name, **res, "steps": args.steps}

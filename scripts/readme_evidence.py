@@ -1,27 +1,23 @@
-"""README's "What the CPU evidence shows": its paragraph, every number from committed data.
+"""README's "What the CPU evidence shows": its paragraph in plain words, every number from
+committed data.
 
     uv run python scripts/readme_evidence.py                 # print the paragraph
     uv run python scripts/readme_evidence.py --write README.md
 
-- the mechanism, in its regime: per-tensor current scaling (the study recipes), same tokens, FP8 ÷
-  BF16 shadow ratio below 1 − ε, and the clipped shares of the uncalibrated and calibrated FP8
-  runs against BF16 (`nemo_fp8_rl.cli.study.blocks` over `docs/study/runs/`); the tiny default's
-  blockwise scaling from the controlled experiment (`docs/study/mechanism.jsonl`, one seed);
-- what the study does not show: calibrated − uncalibrated accuracy and the surge statistic
-  (the same targets);
-- first, the precision dose study's two sentences (`study.dose_verdict.headline` over
-  `docs/study/dose/runs/`): at which measured dose calibration starts to matter, if at any.
-
-Intervals: 95 % Student-t over seeds, n beside each (quotients: geometric mean of per-seed
-quotients, t-interval of their logs). `tests/test_docs_generated.py` regenerates the paragraph
-and compares it with README's block. Errors are the package's (`error: <where>: <what>. Fix:
+From the precision dose study's archive (`docs/study/dose/runs/`, `study.dose_verdict`): block
+FP8's same-token quotient of lower-bound clipped A<0 tokens (FP8 ÷ BF16 shadow on the shadow
+steps), the 4-bit losses against BF16 and which survives a Holm correction over the formats, and
+the upper ends of calibration's recovery intervals at NVFP4 and MXFP4; from the rescue study's
+archive (`docs/study/rescue/runs/`), how many of its pre-registered runs exist. Intervals: 95 %
+Student-t over seeds, paired by seed (quotients: geometric mean of per-seed quotients,
+t-interval of their logs). `tests/test_docs_generated.py` regenerates the paragraph and
+compares it with README's block. Errors are the package's (`error: <where>: <what>. Fix:
 <how>`, exit 2 for bad input, 130 after Ctrl-C); README is written once, atomically, after the
 whole paragraph is computed, never through a link.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -29,76 +25,67 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from nemo_fp8_rl.cli.common import ArgumentParser, invoke  # noqa: E402
-from nemo_fp8_rl.cli.study import blocks  # noqa: E402
-from nemo_fp8_rl.config.safe_files import read_text_bounded  # noqa: E402
-from nemo_fp8_rl.config.user_error import UsageError  # noqa: E402
+from nemo_fp8_rl.study import analysis, endpoints, rescue_report  # noqa: E402
 from nemo_fp8_rl.study.doc_blocks import write_block  # noqa: E402
 from nemo_fp8_rl.study.dose_report import collect  # noqa: E402
-from nemo_fp8_rl.study.dose_verdict import headline  # noqa: E402
+from nemo_fp8_rl.study.dose_verdict import LABEL, losses_holm, per_format  # noqa: E402
 
 BEGIN, END = "<!-- evidence:begin -->", "<!-- evidence:end -->"
-DOSE_BEGIN, DOSE_END = "<!-- dose-response:begin -->", "<!-- dose-response:end -->"
-STUDY = ROOT / "docs" / "study"
 PROG = "scripts/readme_evidence.py"
+ALPHA = 0.05
 
 
-def _target(rows: list[dict], starts: str, holds: str = ""):
-    """The interval of the one target row whose name starts with `starts` and holds `holds`."""
-    found = [r for r in rows if r["what"].startswith(starts) and holds in r["what"]]
-    if len(found) != 1:
-        raise UsageError(
-            STUDY / "runs",
-            f"{len(found)} study targets named {starts!r}{f' ({holds})' if holds else ''}, "
-            "expected one",
-            "regenerate the study report (python -m nemo_fp8_rl.study --write-docs)",
-        )
-    return found[0]["interval"]
+def _quotient(table: dict, arm: str) -> str:
+    """Same tokens on the shadow steps: the arm's FP8 ÷ BF16 share of A<0 tokens below the
+    nominal lower bound (geometric mean of per-seed quotients, t-interval of their logs)."""
+    runs = table[arm]
+    return analysis.paired(
+        {s: v["shadow_fp8_lower_frac_neg"] for s, v in runs.items()},
+        {s: v["shadow_bf16_lower_frac_neg"] for s, v in runs.items()},
+        "ratio",
+    ).fmt("{:.2f}")
 
 
-def blockwise_default() -> float:
-    """FP8 ÷ BF16 share of A<0 tokens whose ratio is below 1 − ε, same tokens, in the tiny
-    default (blockwise scaling; one seed, the controlled experiment's first row)."""
-    path = STUDY / "mechanism.jsonl"
-    for number, line in enumerate(read_text_bounded(path, 2**20, "results file").splitlines()):
-        try:
-            row = json.loads(line)
-            if row["variant"] == "blockwise (default)":
-                return row["fp8_nominal_lower_frac_neg"] / row["bf16_lower_frac_neg"]
-        except (ValueError, KeyError, TypeError, ZeroDivisionError) as exc:
-            raise UsageError(
-                f"{path}:{number + 1}", f"not a result row ({exc})", "regenerate the file"
-            ) from exc
-    raise UsageError(
-        path, "has no 'blockwise (default)' row", "run scripts/fp8_mechanism.py to regenerate it"
-    )
+def _rescue_progress() -> str:
+    """How many of the rescue study's pre-registered runs are archived."""
+    design = endpoints.load().rescue
+    done = sum(len(runs) for runs in rescue_report.collect().values())
+    planned = len(rescue_report.arms()) * len(design.seeds)
+    return f"{done} of the {planned} runs of its first two phases"
 
 
 def paragraph() -> str:
-    """The three sentences and the link, as README holds them between the markers."""
-    _, rows, meta = blocks(STUDY / "runs")
-    two = "{:.2f}"
-    same = _target(rows, "same tokens, FP8 ÷ BF16 shadow ratio").fmt(two)
-    clip = _target(rows, "FP8-uncalibrated ÷ BF16 run: share").fmt(two)
-    cal = _target(rows, "FP8-calibrated ÷ BF16 run: share").fmt(two)
-    recovered = _target(rows, "accuracy (primary", "FP8 calibrated − FP8 uncalibrated").fmt()
-    rise = _target(rows, "largest entropy rise", "FP8 uncalibrated − BF16").fmt()
-    seeds = len(meta["seeds"])
-    dose = headline(collect())
+    """README's evidence, in plain words, every number from the committed archives."""
+    table = collect()
+    listed = per_format(table)
+    rows = {r["format"]: r for r in listed}
+    up = {f: rows[f]["recovery"].high for f in ("nvfp4", "mxfp4")}
+    holm_p = losses_holm(listed, table)
+    kept = [LABEL[f] for f, p in holm_p.items() if p < ALPHA and rows[f]["loss"].mean < 0]
+    fp8_kept = [k for k in kept if "FP8" in k]
     return (
-        f"{DOSE_BEGIN}{dose} Tables, figure and what these runs cannot show: "
-        f"[docs/study/dose.md](docs/study/dose.md).{DOSE_END} "
-        f"In the mechanism study (a 0.4 M-parameter Qwen3 on synthetic addition, 80 GRPO steps, {seeds} "
-        "seeds; intervals: 95 % Student-t over seeds), FP8 training with per-tensor current "
-        "scaling puts "
-        f"{same} times as many negative-advantage tokens below the lower clip bound as BF16 on the "
-        f"same tokens (the tiny default's blockwise scaling: {blockwise_default():.1f}x, one seed), "
-        "and Calibrated Clipping, as run then (pool rule `until_min_clipped`, no longer the "
-        f"default), cuts FP8's lower-clipped share from {clip} to {cal} times BF16's. It shows "
-        "nothing for calibration to give back: with both arms scored by FP8 generation, "
-        f"calibrated minus uncalibrated FP8 accuracy is {recovered}, and within 80 steps FP8's "
-        f"surge statistic does not differ from BF16's (FP8 − BF16: {rise} nats). Claim by claim, "
-        "with what these runs cannot show: "
-        "[docs/study/README.md](docs/study/README.md)."
+        "On a 0.4 M-parameter Qwen3 trained on CPU with the formats emulated, FP8 (block scaling "
+        "or MXFP8) puts more negative-advantage tokens below the lower clip bound (block FP8: "
+        f"{_quotient(table, 'fp8-block-uncalibrated')} times BF16's share on the same tokens) "
+        + (
+            f"with an accuracy cost at {', '.join(fp8_kept)}"
+            if fp8_kept
+            else f"without an accuracy cost that holds after a correction over the {len(listed)} "
+            "formats tried"
+        )
+        + ", while the 4-bit formats' accuracy falls below BF16's (accuracy gain from step 0, "
+        "against BF16: MXFP4 "
+        f"{rows['mxfp4']['loss'].fmt('{:+.3f}')}, NVFP4 {rows['nvfp4']['loss'].fmt('{:+.3f}')}; "
+        f"below 0 after a Holm correction over the formats: {', '.join(kept) or 'none'}). "
+        "The runs do not show Calibrated Clipping giving accuracy "
+        f"back at any format: the most its intervals still allow is {up['nvfp4']:+.3f} at NVFP4 "
+        f"and {up['mxfp4']:+.3f} at MXFP4 (95 % Student-t, paired by seed). Whether the 4-bit "
+        "loss is caused by clipping at all is the question of a pre-registered rescue study, "
+        f"which has {_rescue_progress()} and no verdict yet; until it has one, turn calibration "
+        "on to hold lower-bound clipping near BF16's, not to buy accuracy "
+        "([when to turn it on](docs/calibrated-clipping.md#when-to-turn-calibrated-clipping-on)). "
+        "Tables, figures and what the runs cannot show: [the dose study](docs/study/dose.md), "
+        "[the rescue study](docs/study/rescue.md), [the mechanism study](docs/study/README.md)."
     )
 
 

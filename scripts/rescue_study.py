@@ -30,7 +30,8 @@ from nemo_fp8_rl.cli.common import invoke  # noqa: E402
 from nemo_fp8_rl.config.safe_files import write_atomic  # noqa: E402
 from nemo_fp8_rl.config.user_error import UsageError  # noqa: E402
 from nemo_fp8_rl.runs.seeds import parse_seeds  # noqa: E402
-from nemo_fp8_rl.study import dose, endpoints, grid, rescue  # noqa: E402
+from nemo_fp8_rl.study import dose, endpoints, grid, rescue, rescue_report  # noqa: E402
+from nemo_fp8_rl.study.doc_blocks import write_block  # noqa: E402
 
 
 def _launch(recipes: list[Path], seeds: list[int], out: Path, jobs: int) -> int:
@@ -57,29 +58,46 @@ def run(phase: int, seeds: list[int], out: Path, jobs: int) -> int:
 
 
 def reproduce(out: Path, jobs: int) -> int:
-    """Rerun the pre-registered reference run at this commit (kept when `out` already holds it)
-    and compare it with its archive:
-    prints the verdict (and up to 20 differences), writes `<out>/reproducibility.json`; 0 when
-    bit-identical, 1 otherwise."""
+    """Rerun the pre-registered reference run at this commit (a finished one in `out` is kept)
+    and compare it with its archive: prints the verdict (and up to 20 differences), writes
+    `docs/study/rescue/reproducibility.json` (with the rerun's provenance); 0 when bit-identical,
+    1 otherwise."""
     spec = endpoints.load().rescue.reproducibility
     name = dose.arm_name(spec.arm)
-    if _launch([dose.RECIPES / f"{name}.yaml"], [spec.seed], out, jobs):
-        return 1
     run_dir = out / name / f"seed-{spec.seed}"  # also the study's own reference run
+    if not dose.finished(run_dir) and _launch(
+        [dose.RECIPES / f"{name}.yaml"], [spec.seed], out, jobs
+    ):
+        return 1
     archived = dose.ARCHIVE / name / f"seed-{spec.seed}" / "metrics.jsonl.gz"
-    diffs = rescue.reproduce_differences(
-        rescue.read_metrics(run_dir / "metrics.jsonl"), rescue.read_metrics(archived)
-    )
+    old = rescue.read_metrics(archived)
+    diffs = rescue.reproduce_differences(rescue.read_metrics(run_dir / "metrics.jsonl"), old)
     prov = json.loads((run_dir / grid.PROVENANCE).read_text(encoding="utf-8"))
     record = {"arm": spec.arm, "seed": spec.seed, "identical": not diffs,
+              "values_compared": rescue.compared_values(old), "values_differing": len(diffs),
               "differences": diffs[:200], "provenance": prov}  # fmt: skip
-    write_atomic(out / "reproducibility.json", json.dumps(record, indent=1) + "\n")
+    rescue.DOCS.mkdir(parents=True, exist_ok=True)
+    write_atomic(rescue.DOCS / "reproducibility.json", json.dumps(record, indent=1) + "\n")
     verdict = "bit-identical" if not diffs else f"{len(diffs)} values differ"
     print(f"{name} seed {spec.seed} rerun at {prov['start']['commit'][:12]}: {verdict} "
           f"(every non-timing value of every step against {archived})")  # fmt: skip
     for line in diffs[:20]:
         print(f"  {line}")
     return 0 if not diffs else 1
+
+
+RUNS = ("grpo-dose-*", "grpo-rescue-*")  # the study's runs: reference arms, rescue arms
+
+
+def table(write: bool) -> int:
+    """Print (and with `write`, write into docs/study/rescue.md) the tables and verdict; every
+    value is computed before anything is written."""
+    text = rescue_report.markdown()
+    if write:
+        write_block(rescue.PAGE, rescue.BLOCK, text)
+        print(f"wrote {rescue.PAGE}")
+    print(text)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:
@@ -101,7 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         return reproduce(args.out, args.jobs)
     if args.what == "run":
         return run(args.phase, parse_seeds(args.seeds), args.out, args.jobs)
-    raise UsageError(args.what, "not implemented yet", "use reproduce or run")
+    if args.what == "passk":
+        return max(dose.pass_at_k_all(args.out, runs) for runs in RUNS)
+    if args.what == "archive":
+        for runs in RUNS:
+            dose.archive(args.out, rescue.ARCHIVE, runs)
+        return 0
+    if args.what == "figure":
+        print(rescue_report.figure())
+        return 0
+    return table(args.write)
 
 
 if __name__ == "__main__":

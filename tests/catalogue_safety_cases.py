@@ -181,7 +181,7 @@ CASES: list[Case] = [
     Case("defaults-multiplying", "recipes", ("show", "{ws}/m0.yaml"), 2, "defaults resolve more than 256 parent files in all (from m0.yaml", _multiplying_defaults, subprocess=True),
     Case("eval-num-problems-beyond-suite", "eval", (*EVAL, "--num-problems", "1000000"), 2, "--num-problems 1000000: add2-heldout has ", lambda ws: ws.run()),
     # ---- waits that end ------------------------------------------------------------------------
-    Case("cancel-wait-inf", "submit", ("cancel", "4242", "--wait", "inf"), 2, "--wait: expected a finite number of seconds > 0, got 'inf'"),
+    Case("cancel-wait-inf", "submit", ("cancel", "4242", "--wait", "inf"), 2, "--wait: expected a finite number of seconds > 0 and at most 86400 (a day), got 'inf'"),
     Case("cancel-wait-nan", "submit", ("cancel", "4242", "--wait", "nan"), 2, "got 'nan'"),
     Case("cancel-wait-negative", "submit", ("cancel", "4242", "--wait", "-5"), 2, "got '-5'"),
     Case("status-scontrol-hangs", "submit", ("status", "4242"), 1, "scontrol show job -o 4242: no answer in 1 s", _slurm_stand_in(scontrol="sleep 600"), env=TIMEOUT, subprocess=True),

@@ -23,6 +23,9 @@ TREE_FILES = (
     "pyproject.toml",
     "nemo_rl/models/generation/vllm/quantization/fp8.py",
     "nemo_rl/models/policy/__init__.py",
+    "nemo_rl/algorithms/grpo.py",
+    "nemo_rl/weight_sync/ipc_weight_synchronizer.py",
+    "nemo_rl/models/generation/vllm/vllm_worker.py",
 )
 SNAPSHOTS = {"v0.7.0": "nemo-rl-v0.7.0.tar.gz", "7ea279a": "nemo-rl-7ea279a.tar.gz"}
 

@@ -234,8 +234,9 @@ def test_every_recipe_copies_to_the_same_configuration(tmp_path) -> None:
 
 
 def test_copy_keeps_comments_and_loads_from_anywhere(tmp_path) -> None:
-    """The copy, moved to another folder, loads in a fresh process started elsewhere."""
-    assert invoke(recipes.main, ["cp", F, str(tmp_path / "mine.yaml")]) == 0
+    """The copy over its defaults (`--defaults`), moved to another folder, loads in a fresh
+    process started elsewhere."""
+    assert invoke(recipes.main, ["cp", F, str(tmp_path / "mine.yaml"), "--defaults"]) == 0
     text = (tmp_path / "mine.yaml").read_text()
     original = (project_root() / f"recipes/{F}.yaml").read_text()
     comments = [line for line in original.splitlines() if line.startswith("#")]
@@ -255,6 +256,19 @@ def test_copy_keeps_comments_and_loads_from_anywhere(tmp_path) -> None:
     shown = yaml.safe_load(proc.stdout)
     assert _without_derived(shown) == _without_derived(load_recipe(F).config)
     assert "configs/precision/fp8-blockwise.yaml" in proc.stdout  # provenance names the parent
+
+
+def test_copy_is_the_whole_configuration_by_default(tmp_path) -> None:
+    """As torchtune's `tune cp`: every key of the resolved recipe, no `defaults:`."""
+    assert invoke(recipes.main, ["cp", F, str(tmp_path / "mine.yaml")]) == 0
+    text = (tmp_path / "mine.yaml").read_text()
+    assert (
+        "\ndefaults:" not in text
+        and "  fp8_recipe: blockwise  # configs/precision/fp8-blockwise.yaml" in text
+    )
+    assert _without_derived(load_recipe(str(tmp_path / "mine.yaml")).config) == _without_derived(
+        load_recipe(F).config
+    )
 
 
 def test_copy_of_a_recipe_outside_the_project_keeps_its_parents_by_absolute_path(tmp_path):
@@ -347,7 +361,7 @@ def test_compare_json_prints_the_verdict_and_writes_verdict_json(two_runs, capsy
     assert fp8["name"] == "fp8" and fp8["outcome"] == "lower"
     assert fp8["accuracy_gap_points"] == pytest.approx(-30.0)
     assert fp8["speedup"] == pytest.approx(2.0, rel=0.05)
-    assert fp8["text"].startswith("fp8 (FP8): 30.0 points below BF16")
+    assert fp8["text"].startswith("fp8 (FP8): below BF16: -30.0 points")
 
 
 def test_compare_over_seeds_writes_the_interval(tmp_path, capsys) -> None:

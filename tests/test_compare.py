@@ -232,10 +232,11 @@ def test_verdict_names_gap_speed_and_surge_step(pair):
     assert comparison.verdicts == [
         # accuracy rises linearly to its final value; the endpoint is the mean over steps 10-40
         # (0.625 of the final), so a 1.0-point final gap is a 0.6-point gap
-        "fp8 (FP8): matches BF16 within 0.6 points (mean validation accuracy after step 0, scored in rollout precision, step 40), 1.25x faster, entropy surge at step 30 (z-score detector)"
+        "fp8 (FP8): matches BF16: -0.6 points on mean validation accuracy after step 0, scored in rollout precision to step 40, within the ±2-point tolerance, 1.25x faster, entropy surge at step 30 (z-score detector)"
     ]
     strict = compare_runs(pair, tolerance_points=0.5)
-    assert "0.6 points below BF16" in strict.verdicts[0]
+    assert "below BF16: -0.6 points" in strict.verdicts[0]
+    assert "beyond the ±0.5-point tolerance" in strict.verdicts[0]
 
 
 def test_a_surge_the_bf16_reference_shows_too_is_not_called_fp8s(tmp_path):
@@ -259,7 +260,7 @@ def test_no_surge_and_slower_run(tmp_path):
     b = load_run(write_project_run(tmp_path / "b", 30, precision="fp8", acc_final=0.5, step_s=2.0))
     (line,) = compare_runs([a, b]).verdicts
     assert line.endswith(
-        "matches BF16 within 0.0 points (mean validation accuracy after step 0, scored in rollout precision, step 30), 2.00x slower, no entropy surge (z-score detector)"
+        "matches BF16: +0.0 points on mean validation accuracy after step 0, scored in rollout precision to step 30, within the ±2-point tolerance, 2.00x slower, no entropy surge (z-score detector)"
     )
 
 
@@ -278,11 +279,12 @@ def test_runs_of_different_length_align_on_common_steps(tmp_path):
     comparison = compare_runs([long, short])
     # Accuracy is the mean over the common validations after step 0 (steps 10 and 20).
     assert (
-        "points above BF16 (mean validation accuracy after step 0, scored in rollout precision, step 20)"
+        "points on mean validation accuracy after step 0, scored in rollout precision to step 20"
         in comparison.verdicts[0]
     )
+    assert comparison.verdicts[0].startswith("short (FP8): above BF16: +")
     gap = 100 * (0.8 * 15 / 25 - 0.8 * 15 / 40)
-    assert f"{gap:.1f} points" in comparison.verdicts[0]
+    assert f"+{gap:.1f} points" in comparison.verdicts[0]
     _, t_long = expected(40, "timing/train/total_step_time", acc_final=0.8, step_s=2.0)
     _, t_short = expected(25, "timing/train/total_step_time", acc_final=0.8, step_s=1.0)
     assert speedup(long, short) == pytest.approx(t_long[1:25].mean() / t_short[1:].mean())
@@ -309,7 +311,7 @@ def test_nan_values_and_missing_metrics(tmp_path):
     assert summary.precision == "?" and "validation/bf16_accuracy" in summary.missing
     assert comparison.recipe_diff is None
     assert (
-        "(reward, step 20)" in comparison.verdicts[0]
+        "points on reward to step 20" in comparison.verdicts[0]
         and "entropy not logged" in comparison.verdicts[0]
     )
 
@@ -373,7 +375,7 @@ def test_gpu_pairs_differ_only_in_precision_or_stated_forced_keys():
     qwen = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g"
     pair = [load_recipe(f"{qwen}-{v}").config for v in ("bf16", "fp8")]
     groups = diff_configs(["bf16", "fp8"], pair).by_group()
-    assert "forced" not in groups and "other" not in groups
+    assert [e.key for e in groups["forced"]] == [forced.key] and "other" not in groups
     keys = [e.key for g in groups.values() for e in g]
     assert "policy.generation.vllm_cfg.gpu_memory_utilization" not in keys
 
@@ -503,4 +505,4 @@ def test_validation_at_step_zero_only_falls_back_to_reward(tmp_path):
         (run_dir / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
         dirs.append(load_run(run_dir))
     (line,) = compare_runs(dirs).verdicts
-    assert "10.0 points above a (reward, step 3)" in line  # mean over 3 steps: 0.4 vs 0.3
+    assert "above a: +10.0 points on reward to step 3" in line  # mean over 3 steps: 0.4 vs 0.3

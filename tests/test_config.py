@@ -295,6 +295,18 @@ RULE_CASES = {
         "refit:\n  quantize_on: trainer\n",
         "policy.generation.vllm_cfg.precision: refit.quantize_on: trainer: BF16 rollout",
     ),
+    "precision_split_fp8_training_bf16_generation": (
+        ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-1n8g-fp8-uncalibrated.yaml",
+        "policy:\n  generation:\n    vllm_cfg:\n      precision: bfloat16\n",
+        "policy.generation.vllm_cfg.precision: FP8 training (policy.megatron_cfg.fp8_cfg.enabled: "
+        "true) with BF16 generation: a train/rollout precision split",
+    ),
+    "precision_split_undeclared": (
+        ROOT / "recipes/qwen3-4b/grpo-qwen3-4b-2n4g-fp8-mxfp8-rollout.yaml",
+        "refit:\n  precision_split: false\n",
+        "policy.megatron_cfg.fp8_cfg.enabled: FP8 generation (policy.generation.vllm_cfg.precision: "
+        "fp8) with BF16 training",
+    ),
     "engine_rules": (
         ROOT / "recipes/llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-2n8g-async-1off-fp8.yaml",
         "grpo:\n  use_dynamic_sampling: true\n",
@@ -327,6 +339,7 @@ def test_every_rule_is_exercised():
         "parallel_sizes_divide_cluster",
         "quantize_on_trainer",
         "four_bit_emulation",
+        "precision_split",
         "engine_rules",
     }
     assert {rule.__name__ for rule in RULES} == covered

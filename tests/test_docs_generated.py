@@ -13,6 +13,8 @@ committed data: each generated block is regenerated here and compared with the f
   docs/study/mechanism.jsonl`;
 - docs/launch.md, launches under load: `benchmarks/bench_ray_start.py --table
   benchmarks/launches/*.json` (every launch the benchmark saved);
+- docs/study/rescue.md, rescue tables: `scripts/rescue_study.py table --write`
+  (docs/study/rescue/runs/);
 - README.md holds no single-seed tiny-run table (its runs are not committed);
 - the warm-up starting policies the study names are the shipped ones (`data/warmup/`).
 """
@@ -134,3 +136,27 @@ def test_study_runs_started_from_the_shipped_warmups():
         start = read_records(run)[0]
         seed = int(run.name.split("-")[1])
         assert (start["warmup/steps"], start["warmup/accuracy"]) == pytest.approx(shipped[seed])
+
+
+def test_rescue_tables_match_the_archived_runs():
+    from nemo_fp8_rl.study import rescue, rescue_report
+
+    marks = rescue.BLOCK
+    text = rescue.PAGE.read_text(encoding="utf-8")
+    body = text.split(marks[0], 1)[1].split(marks[1], 1)[0].strip()
+    assert body == rescue_report.markdown().strip()
+
+
+def test_calibration_cost_table_matches_the_committed_runs():
+    cost = _script("calibration_cost")
+    assert _block(cost.PAGE, *cost.BLOCK) == cost.table().strip()
+
+
+def test_rescue_reproducibility_numbers_are_the_recorded_ones():
+    from nemo_fp8_rl.study import rescue
+
+    rec = json.loads((rescue.DOCS / "reproducibility.json").read_text(encoding="utf-8"))
+    text = rescue.PAGE.read_text(encoding="utf-8")
+    assert not rec["identical"]
+    assert f"{rec['values_differing']:,} of {rec['values_compared']:,} non-timing values" in text
+    assert rec["provenance"]["start"]["commit"][:7] in text

@@ -84,8 +84,8 @@ def _grid(tmp_path, gains: list[tuple[float, float, float]]):
     ("gains", "says"),
     [  # each rule of the pre-registered verdict: loss and recovery, loss only, neither
         ([(0.1, 0.05, 0.09), (0.12, 0.04, 0.1), (0.08, 0.03, 0.07)], "starts to matter"),
-        ([(0.1, 0.05, 0.06), (0.12, 0.04, 0.03), (0.08, 0.03, 0.03)], "do not show it giving"),
-        ([(0.1, 0.11, 0.1), (0.12, 0.1, 0.12), (0.08, 0.09, 0.08)], "No format's loss interval"),
+        ([(0.1, 0.05, 0.06), (0.12, 0.04, 0.03), (0.08, 0.03, 0.03)], "below 0 at NVFP4"),
+        ([(0.1, 0.11, 0.1), (0.12, 0.1, 0.12), (0.08, 0.09, 0.08)], "below 0 at no format"),
     ],
 )
 def test_verdict_follows_the_pre_registered_rule(tmp_path, gains, says):
@@ -96,6 +96,9 @@ def test_verdict_follows_the_pre_registered_rule(tmp_path, gains, says):
     assert row["loss"].n == 3 and row["recovery"].n == 3
     text = dose_verdict.verdict(table)
     assert says in text and "NVFP4" in text and "(n=3)" in text
+    matters = says == "starts to matter"
+    assert ("calibration mattered at no format" in text) is not matters
+    assert "Post hoc (not part of the rule)" in text
     assert dose_verdict.headline(table).count(". ") >= 1  # two sentences
     assert "Not run" in text and "mxfp4-uncalibrated (seeds 1, 2, 3, 5, 6)" in text
 

@@ -134,9 +134,15 @@ def test_seed_groups_of_different_recipes_are_diffed_and_warned(tmp_path, capsys
     assert diff.warnings and "not a fair precision comparison" in diff.warnings[0]
     out = tmp_path / "cmp"
     argv = [str(tmp_path / "bf16-10"), str(tmp_path / "fp8-150"), "--out", str(out), "--no-plots"]
-    assert invoke(compare_main, argv) == 0
+    assert invoke(compare_main, argv) == 2  # refused: the recipes differ in more than precision
+    refused = capsys.readouterr().err
+    assert (
+        "recipe key grpo.max_num_steps 150 here, 20 in" in refused and "--allow-unfair" in refused
+    )
+    assert invoke(compare_main, [*argv, "--allow-unfair"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "warning not a fair precision comparison" in printed and "grpo.max_num_steps" in printed
+    assert "NOT A PRECISION COMPARISON (differs from bf16-10/seed-1" in printed
     report = (out / "report.md").read_text()
     assert "## Recipe differences: bf16-10 vs fp8-150" in report and "> **Warning:**" in report
     assert "Warning: not a fair precision comparison" in (out / "report.html").read_text()

@@ -108,7 +108,10 @@ def test_one_seed_each_says_it_rests_on_one_run(tmp_path, capsys):
     write_seed_run(tmp_path, "bf16", 1, fp8=False, acc=0.6, clip=0.01)
     write_seed_run(tmp_path, "fp8", 1, fp8=True, acc=0.5, clip=0.01)
     (verdict,) = compare_groups(_runs(tmp_path, "bf16", "fp8")).verdicts
-    assert f"10.0 points lower than BF16 ({R} at step 20); this rests on one run" in verdict
+    assert (
+        f"lower than BF16: -10.0 points ({R} at step 20), beyond the ±2-point tolerance; this rests on one run"
+        in verdict
+    )
     assert "[" not in verdict.split(";")[0]
     out = tmp_path / "out"
     assert (

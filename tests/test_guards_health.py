@@ -105,6 +105,7 @@ def test_precision_classes_follow_the_recipe():
             "policy.generation.vllm_cfg.pow2_weight_scaling_factors=true",
             "policy.generation.vllm_cfg.pow2_activation_scaling_factors=true",
             "loss_fn.use_importance_sampling_correction=true",
+            "refit.precision_split=true",  # MXFP8 generation over BF16 training, declared
         ],
     )
     assert precision_of(mx.config) == "mxfp8"

@@ -45,6 +45,10 @@ def test_shipped_recipes_pass_every_check_on_both_snapshots(trees, snapshot):
     """No shipped recipe is refused (workers' GPU unnamed, and H100 for the Hopper recipes)."""
     for path in find_recipes():
         rep = report(str(path), tree=trees[snapshot])
+        if snapshot == "v0.7.0" and path.name == "grpo-qwen3-8b-base-1n8g-fp8-kvcache.yaml":
+            # v0.7.0's colocated refit drops the FP8 KV scales (NVIDIA-NeMo/RL PR #3226)
+            assert [f.rule for f in rep.errors] == ["kv-scales-refit"], rep.render()
+            continue
         assert rep.ok, rep.render()
         assert [r.check for r in rep.results] == [
             "fp8-active",
@@ -53,6 +57,13 @@ def test_shipped_recipes_pass_every_check_on_both_snapshots(trees, snapshot):
             "memory",
             "fp8-param-tp",
             "fp8-kv-qk-norm",
+            "grouped-experts-mxfp8",
+            "kv-scales-refit",
+            "hf-overrides",
+            "layer-parity",
+            "pow2-on-hopper",
+            "zero-block-scales",
+            "pp-scale-names",
         ]
 
 
@@ -234,7 +245,10 @@ def test_a_gemm_shard_te_cannot_quantize_is_refused_per_scaling():
 
 # ---- memory -----------------------------------------------------------------------------------
 def test_a_recipe_over_the_workers_gpu_memory_is_refused():
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed, gpu="H100")
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     assert "generation peak" in rep.errors[0].what
@@ -250,11 +264,17 @@ def test_deepseek_bf16_weights_at_vllm_tp16_exceed_an_h100():
 
 
 def test_colocated_fp8_sized_by_utilisation_alone_is_warned_on_vllm_025(trees):
-    rep = report(QWEN8, tree=trees["7ea279a"])
+    unpinned = ["~policy.generation.vllm_kwargs.kv_cache_memory_bytes"]  # the shipped one pins it
+    rep = report(QWEN8, unpinned, tree=trees["7ea279a"])
     (warning,) = [f for f in rep.warnings if f.rule == "memory/kv-sizing"]
     assert "kv_cache_memory_bytes" in warning.fix and "PR #3280" in warning.upstream
     assert not [
-        f for f in report(QWEN8, tree=trees["v0.7.0"]).warnings if f.rule == "memory/kv-sizing"
+        f
+        for f in report(QWEN8, unpinned, tree=trees["v0.7.0"]).warnings
+        if f.rule == "memory/kv-sizing"
+    ]
+    assert not [
+        f for f in report(QWEN8, tree=trees["7ea279a"]).warnings if f.rule == "memory/kv-sizing"
     ]
     assert not [
         f for f in report(LLAMA, tree=trees["7ea279a"]).warnings if f.rule == "memory/kv-sizing"
@@ -311,6 +331,13 @@ def test_the_preflight_style_report_lists_every_check_and_verdict():
         "memory": "pass",
         "fp8-param-tp": "pass",
         "fp8-kv-qk-norm": "skip",
+        "grouped-experts-mxfp8": "skip",
+        "kv-scales-refit": "skip",
+        "hf-overrides": "skip",
+        "layer-parity": "pass",
+        "pow2-on-hopper": "pass",
+        "zero-block-scales": "skip",
+        "pp-scale-names": "skip",
     }, (verdicts, text)
     assert text.startswith("guard rails for grpo-qwen3-8b-base-1n8g-fp8-uncalibrated")
 
@@ -340,9 +367,17 @@ def test_recipes_show_memory_gives_a_breakdown_for_every_gpu_recipe(capsys):
     for path in GPU_RECIPES:
         assert invoke(main, ["show", str(path), "--memory"]) == 0, short_name(path)
         out = capsys.readouterr().out
-        for gpu in ("H100", "H200", "B200", "GB200"):
-            assert f"{gpu} (" in out, (short_name(path), out)
+        for gpu in ("H100", "H200", "B200", "GB200"):  # estimated, or said not to run there
+            assert f"{gpu} (" in out or f"{gpu}: not estimated: " in out, (short_name(path), out)
         assert "trainer (Megatron rank)" in out and "KV cache" in out and "peaks (GiB)" in out
+    hopper = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8"
+    assert invoke(main, ["show", hopper, "--memory", "--gpu", "B200"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "fits" not in out
+        and "B200: not estimated: grpo-qwen3-8b-base-1n8g-fp8 runs on Hopper" in out
+    )
+    assert "Blackwell sibling: qwen3-8b-base/grpo-qwen3-8b-base-2n4g-fp8-mxfp8" in out
     assert invoke(main, ["show", "tiny/grpo-tiny-qwen3-cpu-fp8", "--memory"]) == 2
     assert "a CPU recipe has no GPU memory estimate" in capsys.readouterr().err
 
@@ -379,7 +414,10 @@ def test_submit_refuses_a_hopper_recipe_for_blackwell_workers_before_sbatch(tmp_
 def test_an_unnamed_gpu_is_assumed_from_the_family_the_recipe_declares():
     """A Hopper-only recipe is checked for the H100 (the smallest Hopper GPU) when nothing
     names the workers' GPU, and says so; the memory-doomed variant is refused there."""
-    doomed = ["policy.generation.vllm_cfg.gpu_memory_utilization=0.97"]
+    doomed = [  # vLLM sized by utilisation alone (the shipped recipe pins its KV cache)
+        "~policy.generation.vllm_kwargs.kv_cache_memory_bytes",
+        "policy.generation.vllm_cfg.gpu_memory_utilization=0.97",
+    ]
     rep = report(QWEN8, doomed)
     assert only_refused_by(rep, "memory") == ["memory/capacity"]
     note = rep.result("memory").note
@@ -419,3 +457,104 @@ def test_dry_runs_refuse_a_hopper_recipe_for_blackwell_workers_as_submit_does(tm
     assert "#SBATCH" not in captured.out and "scale-format/deepgemm-on-blackwell" in captured.err
     assert invoke(train.main, ["--recipe", name, "--dry-run"]) == 3  # H100 assumed: valid
     assert "H100 (assumed:" in capsys.readouterr().err
+
+
+# ---- grouped MoE experts in an MXFP8 refit ------------------------------------------------------
+MOE_MX = "qwen3-30b-a3b/grpo-qwen3-30b-a3b-4n4g-fp8-mxfp8-rollout"
+DTENSOR = ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]
+
+
+def test_grouped_expert_slabs_in_an_mxfp8_refit_are_refused_where_the_trainer_sends_them(trees):
+    """Megatron-Bridge's Qwen3-MoE bridge sends experts one by one (the shipped recipes pass);
+    DTensor sends transformers 5's grouped slabs, which 7ea279a's load_weights refuses in MXFP8,
+    unless the rollout keeps the experts BF16; v0.7.0 has no such refusal (retired)."""
+    for name in (MOE_MX, "qwen3-30b-a3b/grpo-qwen3-30b-a3b-4n4g-fp8-mxfp8"):
+        rep = report(name, tree=trees["7ea279a"])
+        assert rep.result("grouped-experts-mxfp8").verdict == "pass", rep.render()
+        assert "names qwen3_moe's experts one by one" in rep.result("grouped-experts-mxfp8").note
+    doomed = report(MOE_MX, DTENSOR, tree=trees["7ea279a"])
+    assert only_refused_by(doomed, "grouped-experts-mxfp8") == ["grouped-experts-mxfp8"]
+    (err,) = doomed.errors
+    assert "does not support grouped MoE expert weights" in err.what and "fp8.py:505" in err.what
+    assert "quantization_ignored_layer_kws" in err.fix and err.key.endswith("is_mx")
+    kept = [*DTENSOR, "policy.generation.vllm_cfg.quantization_ignored_layer_kws=[mlp.experts]"]
+    assert report(MOE_MX, kept, tree=trees["7ea279a"]).ok
+    old = report(MOE_MX, DTENSOR, tree=trees["v0.7.0"]).result("grouped-experts-mxfp8")
+    assert old.verdict == "skip" and old.note.startswith("retired")
+    assert not report(MOE_MX, DTENSOR).ok  # no NeMo RL tree: applied
+
+
+# ---- the field's later failure classes (guards.field_checks) -------------------------------------
+def test_fp8_kv_scales_dropped_by_the_colocated_refit_are_refused_on_v070(trees):
+    name = "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8-kvcache"
+    rules = only_refused_by(report(name, tree=trees["v0.7.0"]), "kv-scales-refit")
+    assert rules == ["kv-scales-refit"]
+    assert report(name, tree=trees["7ea279a"]).result("kv-scales-refit").note.startswith("retired")
+    assert (
+        report(name, ["policy.generation.colocated.enabled=false"], tree=trees["v0.7.0"])
+        .result("kv-scales-refit")
+        .verdict
+        == "pass"
+    )
+
+
+def test_user_hf_overrides_wiped_or_replacing_fp8s_are_refused(trees):
+    kept = ["+policy.generation.vllm_kwargs.hf_overrides={max_position_embeddings: 40960}"]
+    wiped = report(QWEN8, kept, tree=trees["v0.7.0"])
+    assert only_refused_by(wiped, "hf-overrides") == ["hf-overrides"]
+    assert (
+        "max_position_embeddings" in wiped.errors[0].what and "PR #2904" in wiped.errors[0].upstream
+    )
+    assert report(QWEN8, kept, tree=trees["7ea279a"]).ok
+    qcfg = [
+        "+policy.generation.vllm_kwargs.hf_overrides={quantization_config: {quant_method: fp8}}"
+    ]
+    replaced = report(QWEN8, qcfg, tree=trees["7ea279a"])
+    assert "replaces the one init_fp8 builds" in replaced.errors[0].what
+
+
+def test_rollout_bf16_layers_the_trainer_runs_in_fp8_are_flagged():
+    rep = report(QWEN8, ["policy.generation.vllm_cfg.num_first_layers_in_bf16=1"], gpu="H100")
+    (warning,) = [f for f in rep.warnings if f.rule == "layer-parity"]
+    assert "different precisions" in warning.what and warning.key.endswith(
+        "num_first_layers_in_bf16"
+    )
+    assert report(QWEN8, gpu="H100").result("layer-parity").verdict == "pass"
+
+
+def test_power_of_2_scales_on_hopper_are_flagged():
+    pow2 = [
+        "~policy.megatron_cfg.env_vars.NVTE_FP8_BLOCK_SCALING_FP32_SCALES",
+        "policy.generation.vllm_cfg.use_deep_gemm=false",
+        "policy.generation.vllm_cfg.pow2_weight_scaling_factors=true",
+        "policy.generation.vllm_cfg.pow2_activation_scaling_factors=true",
+    ]
+    rep = report(QWEN8, pow2, gpu="H100")
+    (warning,) = [f for f in rep.warnings if f.rule == "pow2-on-hopper"]
+    assert "0.0038 -> 0.0059" in warning.what and warning.upstream == "prime-rl PR #3112"
+    assert report(QWEN8, pow2, gpu="B200").result("pow2-on-hopper").verdict == "pass"
+
+
+def test_zero_block_scales_are_judged_from_nemo_rls_quantizer(trees, tmp_path):
+    """Both quantizers of 7ea279a map all-zero blocks (retired); a tree without the case is
+    refused."""
+    assert (
+        report(QWEN8, tree=trees["7ea279a"]).result("zero-block-scales").note.startswith("retired")
+    )
+    mx = "qwen3-8b-base/grpo-qwen3-8b-base-2n4g-fp8-mxfp8"
+    assert report(mx, tree=trees["7ea279a"]).result("zero-block-scales").verdict == "skip"
+    shutil.copytree(trees["7ea279a"], tmp_path / "tree")
+    fp8 = tmp_path / "tree" / "nemo_rl/models/generation/vllm/quantization/fp8.py"
+    fp8.write_text(fp8.read_text().replace("torch.where(scale == 0", "torch.where(scale < 0"))
+    rep = report(mx, tree=tmp_path / "tree")
+    assert only_refused_by(rep, "zero-block-scales") == ["zero-block-scales"]
+
+
+def test_fp8_params_over_pipeline_stages_are_flagged():
+    doomed = [
+        "policy.megatron_cfg.fp8_cfg.fp8_param=true",
+        "policy.megatron_cfg.tensor_model_parallel_size=2",
+        "policy.megatron_cfg.pipeline_model_parallel_size=2",
+    ]
+    rep = report(QWEN8, doomed, gpu="H100")
+    assert [f.rule for f in rep.warnings if f.rule == "pp-scale-names"] == ["pp-scale-names"]

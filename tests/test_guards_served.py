@@ -162,3 +162,31 @@ def test_embedded_rollout_with_its_fp8_switch_broken_is_refused(tmp_path, monkey
         check_served([served], cfg["policy"]["generation"]["vllm_cfg"], "step 0")
     assert len(info.value.problems) == 14
     assert "model.layers.0.self_attn.q_proj: served bf16, expected fp8-block" in str(info.value)
+
+
+def test_an_mxfp8_layer_as_the_cpu_generation_worker_serves_it_is_mxfp8():
+    """NeMo RL's MXFP8 path loads the E8M0 bytes as `weight_scale_from_checkpoint` (the CPU
+    generation worker holds only that name): counted MXFP8, not a bad scale."""
+    from nemo_fp8_rl.engines.nemo.cpu.served_model import ServedLinear
+    from nemo_fp8_rl.fp8 import FP8Spec
+
+    served = ServedLinear(torch.nn.Linear(64, 32), True, FP8Spec.preset("mxfp8"), mx=True)
+    assert not hasattr(served, "weight_scale") and classify(served) == MXFP8
+    e4m3 = torch.float8_e4m3fn
+    short = layer(
+        192, 320, e4m3, torch.ones(192, 9, dtype=torch.uint8), "weight_scale_from_checkpoint"
+    )
+    assert classify(short) == BAD_SCALE  # 9 bytes per row where 320 / 32 = 10 are needed
+
+
+def test_scales_an_all_zero_block_left_bad_are_a_bad_scale():
+    """After a refit the served check reads the scales' values: an inf/NaN/zero block scale or
+    an E8M0 NaN byte (255) is what an all-zero block gives a quantizer without its own case."""
+    e4m3 = torch.float8_e4m3fn
+    for bad in (float("inf"), float("nan"), 0.0):
+        scale = torch.ones(2, 3)
+        scale[1, 2] = bad
+        assert classify(layer(192, 320, e4m3, scale)) == BAD_SCALE, bad
+    nan_byte = torch.full((192, 10), 127, dtype=torch.uint8)
+    nan_byte[5, 3] = 255
+    assert classify(layer(192, 320, e4m3, nan_byte, "weight_scale")) == BAD_SCALE

@@ -100,6 +100,7 @@ def test_steps_checkpoint_and_exact_resume(name, tmp_path):
     assert (full / "recipe.yaml").exists() and (full / "model" / "config.json").exists()
     env = json.loads((full / "environment.json").read_text())
     assert env["engine"] == "local" and env["versions"]["torch"]
+    assert env["generator"]["backend"] == "embedded"  # what served the rollouts (compare reads it)
     assert list((full / "logs" / "tb").glob("events.out.tfevents.*"))
     assert latest_checkpoint(full / "checkpoints").name == "step_4"
 

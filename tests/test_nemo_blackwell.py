@@ -76,16 +76,24 @@ def test_trainer_side_mxfp8_refit_matches_what_vllm_holds() -> None:
     assert qcfg["quant_algo"] == "MXFP8"
 
 
-def test_trainer_side_mxfp8_refit_of_grouped_moe_experts_is_refused() -> None:
+def test_moe_mxfp8_refits_experts_one_by_one_and_the_grouped_path_is_refused() -> None:
     """NeMo RL 7ea279a's `load_weights` raises NotImplementedError on a grouped expert slab
-    vLLM holds in MXFP8 (fp8.py: "MXFP8 refit does not support grouped MoE expert weights");
-    transformers 5 names Qwen3-MoE's experts as grouped slabs, so the trainer-side refit of
-    the MoE MXFP8 recipe is refused at the preflight with that reason."""
+    vLLM holds in MXFP8 (fp8.py: "MXFP8 refit does not support grouped MoE expert weights").
+    Megatron-Bridge's Qwen3-MoE bridge (the commit 7ea279a pins) sends the experts one by one,
+    so the MoE MXFP8 recipe's rehearsal passes on both refit paths (generator side as shipped,
+    trainer side with its pairs planned from those names); a DTensor trainer sends
+    transformers 5's grouped slabs and is refused by the guard rails with NeMo RL's line."""
     if not _reads_is_mx():
         pytest.skip("this NeMo RL does not read is_mx")
-    result = _preflight(load_recipe(MOE, ["refit.quantize_on=trainer"]))
+    for overrides in ([], ["refit.quantize_on=trainer"]):
+        result = _preflight(load_recipe(MOE, overrides))
+        assert result.ok, result.report()
+        assert "pass  grouped-experts-mxfp8" in result.report()
+    dtensor = ["policy.megatron_cfg.enabled=false", "policy.dtensor_cfg.enabled=true"]
+    result = _preflight(load_recipe(MOE, dtensor))
     assert not result.ok
     assert "does not support grouped MoE expert weights" in result.report()
+    assert "grouped-experts-mxfp8" in result.report()
 
 
 def test_trainer_side_mxfp8_refit_is_refused_against_a_block_fp8_engine() -> None:

@@ -88,14 +88,17 @@ class _RecordingLogger:
         return "passed through"
 
 
-def test_metrics_tee_writes_nemo_rl_names_per_call(tmp_path) -> None:
+def test_metrics_tee_writes_nemo_rl_names_one_row_per_step(tmp_path) -> None:
     inner = _RecordingLogger()
     tee = MetricsTee(inner, tmp_path / "metrics.jsonl")
     tee.log_metrics(
         {"loss": 0.5, "calib_low": torch.tensor(0.8), "text": "x", "arr": [1, 2]}, 3, prefix="train"
     )
-    tee.log_metrics({"total_step_time": 2.0, "nan": math.nan}, 3, prefix="timing/train")
+    tee.log_metrics(
+        {"total_step_time": 2.0, "nan": math.nan}, 3, prefix="timing/train", step_finished=True
+    )
     tee.log_metrics({"accuracy": 0.25}, 4, "validation")
+    tee.finish()
     assert len(inner.calls) == 3 and inner.calls[0][2] == "train"
     assert tee.log_hyperparams({}) == "passed through"
     rows, notes = read_jsonl(tmp_path / "metrics.jsonl")
@@ -106,8 +109,8 @@ def test_metrics_tee_writes_nemo_rl_names_per_call(tmp_path) -> None:
         rows[3]["timing/train/nan"]
     )
     assert rows[4] == {"validation/accuracy": 0.25}
-    first = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
-    assert first["step"] == 3
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [3, 4]  # a row per step
 
 
 def test_flatten_nested_metrics() -> None:

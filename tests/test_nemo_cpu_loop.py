@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -119,6 +120,10 @@ def test_the_loop_takes_its_steps_with_the_projects_metrics(five_steps: Path) ->
     assert "gpus_per_node: 1" in handed and "nemo-inputs/model" in handed
     env = json.loads((five_steps / "environment.json").read_text())
     assert env["engine"] == "nemo"
+    real_vllm = "generation: NeMo RL's vLLM worker" in (five_steps.parent / "train.out").read_text()
+    assert env["generator"]["backend"] == ("vllm" if real_vllm else "stand-in")
+    assert env["generator"]["reason"] and (env["generator"]["version"] is not None) == real_vllm
+    assert len(env["nemo_rl_tree"]["source_sha256"]) == 64  # the tree compare checks
     seconds = env["seconds"]
     for stage in ("handoff", "ray_start", "tokenizer_and_data", "setup_and_training", "total"):
         assert seconds[stage] >= 0, seconds
@@ -234,24 +239,36 @@ def test_ten_steps_calibrate_five_times(ten_steps: Path) -> None:
     assert found["moved"], named
 
 
+def step_rows(run_dir: Path) -> list[int]:
+    """The step of each metric row of `metrics.jsonl` (health events left out), in order."""
+    return [row["step"] for row in rows(run_dir) if "event" not in row]
+
+
+KEEP = "logger.tensorboard_enabled=false"  # not resumable, and no value the loop logs changes
+
+
 @pytest.mark.slow
-def test_killed_generation_worker_is_located_and_resume_matches_the_uninterrupted_run(
-    ten_steps: Path, tmp_path: Path
+@pytest.mark.parametrize("actor", ["GenerationWorker", "PolicyWorker"])
+def test_a_killed_worker_is_located_and_the_printed_resume_reproduces_the_run(
+    ten_steps: Path, tmp_path: Path, actor: str
 ) -> None:
-    """Kill -9 the generation actor once step 5 is checkpointed: the run ends with the located
-    error (exit 1) naming step_5, which is left as it was; --resume then trains steps 6-10
-    exactly as the uninterrupted run did: every non-timing value NeMo RL logged for them is
-    equal (same batches, same samples, same updates, same validation)."""
+    """Kill -9 the generation actor (real vLLM or the stand-in) or the trainer once step 5 is
+    checkpointed: the run ends with the located error (exit 1) naming step_5, which is left as
+    it was, and `metrics.jsonl` holds one row per completed step; the resume command it prints
+    (the run's overrides included: without them the resume is refused as another recipe), run
+    as printed, trains steps 6-10 exactly as the uninterrupted run did (every non-timing value
+    NeMo RL logged is equal), one row per step."""
     run_dir, tag = tmp_path / "run", uuid.uuid4().hex
     proc = subprocess.Popen(
-        _command(run_dir), env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+        _command(run_dir, KEEP), env=_env(tag), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
     try:
         step5 = run_dir / "checkpoints" / "step_5"
         wait_for(step5 / "training_info.json", proc)
         kept = snapshot(step5)
-        pids = actor_pids(tag, "GenerationWorker")  # the real-vLLM worker or the stand-in
-        assert pids, "no generation actor found"
+        pids = actor_pids(tag, actor)
+        assert pids, f"no {actor} actor found"
         for pid in pids:
             os.kill(pid, signal.SIGKILL)
         out, err = proc.communicate(timeout=HANG_S)
@@ -262,7 +279,14 @@ def test_killed_generation_worker_is_located_and_resume_matches_the_uninterrupte
     error = [line for line in err.splitlines() if line.startswith("error:")]
     assert error and "NeMo RL's loop stopped" in error[-1] and "step_5" in error[-1], err[-4000:]
     assert snapshot(step5) == kept
-    ok(train(run_dir, "--resume"))
+    steps = step_rows(run_dir)
+    assert steps == sorted(set(steps)) and set(range(1, 6)) <= set(steps), steps
+    assert all("train/loss" in r for r in rows(run_dir) if r["step"] > 0 and "event" not in r)
+    printed = error[-1].split("resume with `", 1)[1].split("`", 1)[0]
+    assert KEEP in printed and printed.endswith("--resume"), printed
+    ok(subprocess.run(shlex.split(printed), env=_env(), capture_output=True, text=True,
+                      timeout=HANG_S))  # fmt: skip
+    assert step_rows(run_dir) == step_rows(ten_steps)  # one row per step, none twice
     full, resumed = values(ten_steps, 6), values(run_dir, 6)
     assert sorted({k for k, _ in resumed}) == [6, 7, 8, 9, 10]
     assert resumed.keys() == full.keys()

@@ -34,6 +34,16 @@ def read_copy(master):
 
 def check(master):
     assert master["grpo"]["seed"] > 0, "seed must be positive"
+
+class Fp8Config:
+    use_activation_pow2_scale = True
+
+def patches(master):
+    found = []
+    config = Fp8Config()
+    if config.use_activation_pow2_scale:
+        found.append("a", "b", "c")
+    return found
 """
 
 
@@ -84,6 +94,30 @@ def test_other_errors_name_the_failing_line(reader) -> None:
     assert err.line == 13 and "seed must be positive" in err.message
     assert err.key == "grpo.seed" and "`grpo.seed`" in err.fix
     assert locate(_raise(reader.check, master), {}).key is None  # no config to find it in
+
+
+def test_nemo_rls_own_bug_is_reported_as_nemo_rls_with_the_key_that_leads_there(reader) -> None:
+    """v0.7.0's fp8.py calls `vllm_patches.append(p2, p3, p4)` when pow2 activation scales are
+    on: a TypeError of NeMo RL's code, reached with `pow2_activation_scaling_factors: true`."""
+    master = {
+        "policy": {
+            "generation": {
+                "vllm_cfg": {
+                    "pow2_weight_scaling_factors": True,
+                    "pow2_activation_scaling_factors": True,
+                }
+            }
+        }
+    }
+    err = locate(_raise(reader.patches, master), master)
+    assert err.line == 22 and err.file == "nemo_rl/algorithms/reader.py"
+    assert err.message.startswith("NeMo RL's own bug, not the recipe's (TypeError: ")
+    assert err.key == "policy.generation.vllm_cfg.pow2_activation_scaling_factors"
+    assert "reached with `policy.generation.vllm_cfg.pow2_activation_scaling_factors: true`" in (
+        err.message
+    )
+    assert err.fix.startswith("use a NeMo RL tree where this line is fixed")
+    assert "so that NeMo RL's" not in err.fix  # not a recipe problem with a recipe fix
 
 
 def test_errors_outside_nemo_rl_are_not_located() -> None:

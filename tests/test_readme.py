@@ -107,8 +107,12 @@ def _expand(pattern: str) -> list[str]:
     ]
 
 
-def test_the_recipe_table_is_the_recipes_on_disk():
-    table = README.split("## Recipes", 1)[1].split("\n## ", 1)[0]
+@pytest.mark.parametrize(
+    ("page", "heading"), [("README.md", "## Recipes"), ("docs/recipes.md", "## The recipes")]
+)
+def test_the_recipe_table_is_the_recipes_on_disk(page, heading):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    table = text.split(heading, 1)[1].split("\n## ", 1)[0]
     named: set[str] = set()
     for cell in re.findall(r"^\| [^|]+ \| (.+?) \|", table, re.M):  # the header has no `
         for pattern in re.findall(r"`([^`]+)`", cell):
@@ -124,6 +128,28 @@ def test_the_recipe_table_is_the_recipes_on_disk():
     assert left_out == set()
     paper = [n for n in on_disk if n.startswith("paper-fp8-rl/")]
     assert f"({len(paper)} recipes" in table
+
+
+@pytest.mark.parametrize(
+    "page", ["README.md", "docs/recipes.md", "docs/cluster.md", "docs/commands.md"]
+)
+def test_pages_are_whole(page):
+    """Every section starts with a sentence (no paragraph cut mid-sentence after a heading),
+    every relative link names a file in the repository (and a heading there, for `#anchor`)."""
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    for first in re.findall(r"^## .*\n\n(.)", text, re.M):
+        assert not first.islower(), f"{page}: a section starts mid-sentence ({first!r})"
+    for target in re.findall(r"\]\(([^)#:]+)(#[^)]*)?\)", text):
+        link, anchor = target
+        linked = (path.parent / link).resolve()
+        assert linked.exists(), f"{page}: link to {link}, not in the repository"
+        if anchor and linked.suffix == ".md":
+            slugs = {
+                re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+                for h in re.findall(r"^#+ (.*)$", linked.read_text(encoding="utf-8"), re.M)
+            }
+            assert anchor[1:] in slugs, f"{page}: {link}{anchor}: no such heading"
 
 
 def test_the_table_of_contents_lists_every_page_of_docs():

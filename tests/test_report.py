@@ -122,9 +122,9 @@ def test_markdown_reports_notes_missing_metrics_and_verdict(comparison):
     md = render_markdown(comparison, {})
     assert (
         # mean over the common validations 10-30: 0.6*20/30 - 0.6*20/40 = 10 points
-        "- fp8 (FP8): 10.0 points above BF16 (mean validation accuracy after step 0, scored in "
-        "rollout precision, step 30), 1.33x faster, entropy surge at step 20 (z-score detector)"
-        in md
+        "- fp8 (FP8): above BF16: +10.0 points on mean validation accuracy after step 0, scored in "
+        "rollout precision to step 30, beyond the ±2-point tolerance, 1.33x faster, entropy surge "
+        "at step 20 (z-score detector)" in md
     )
     assert "incomplete, last step 30 of 40" in md
     assert "last line 31 is not valid JSON (a run still writing it?)" in md
@@ -152,7 +152,7 @@ def test_terminal_output(comparison):
     print_comparison(comparison, console)
     text = console.file.getvalue()
     assert "token_mult_prob_error" in text and "1.33x" in text
-    assert "verdict fp8 (FP8): 10.0 points above BF16" in text  # mean 0.6*20/30 vs 0.6*20/40
+    assert "verdict fp8 (FP8): above BF16: +10.0 points" in text  # mean 0.6*20/30 vs 0.6*20/40
     assert "Recipe differences: bf16 vs fp8" in text
 
 

@@ -44,6 +44,12 @@ def _mean(s: Series) -> float:
     return float(np.mean(s.values))
 
 
+def _after_start(s: Series) -> float:
+    """Mean over the points after step 0 (the verdict's accuracy endpoint, `accuracy_gap`)."""
+    values = s.values[s.steps > 0]
+    return float(np.mean(values)) if values.size else float("nan")
+
+
 def _steady(s: Series) -> float:
     """Mean without the first logged step (warm-up, compilation, first allocation)."""
     return float(np.mean(s.values[1:] if len(s) > 1 else s.values))
@@ -61,6 +67,7 @@ class Column:
 
 
 COLUMNS: tuple[Column, ...] = (
+    Column("val_acc_mean", "val acc mean after step 0", scores.BF16_ACCURACY, _after_start),
     Column("val_acc_final", "val acc final", scores.BF16_ACCURACY, _last),
     Column("val_acc_best", "val acc best", scores.BF16_ACCURACY, _best),
     Column("reward", "reward (last 10)", "train/reward", _tail),
@@ -313,11 +320,12 @@ def verdict(
         accuracy = why_not or (
             "accuracy not comparable (neither validation accuracy nor train/reward in both runs)"
         )
-    elif abs(gap[0]) <= tolerance_points:
-        accuracy = f"matches {ref} within {abs(gap[0]):.1f} points ({gap[1]}, step {gap[2]})"
     else:
-        side = "above" if gap[0] > 0 else "below"
-        accuracy = f"{abs(gap[0]):.1f} points {side} {ref} ({gap[1]}, step {gap[2]})"
+        points, label, step = gap
+        within = abs(points) <= tolerance_points
+        rule = f"{'within' if within else 'beyond'} the ±{tolerance_points:g}-point tolerance"
+        side = "matches" if within else ("above" if points > 0 else "below")
+        accuracy = f"{side} {ref}: {points:+.1f} points on {label} to step {step}, {rule}"
     if speed_text is not None:
         pace_text = speed_text
     elif not np.isfinite(speed):
@@ -363,8 +371,9 @@ def compare_runs(
     if len(runs) < 2:
         raise ValueError(f"compare needs two or more runs, got {len(runs)}")
     summaries = [summarize_run(r) for r in runs]
-    for run, summary in zip(runs, summaries, strict=True):
-        summary.values["speedup"] = speedup(runs[0], run)
+    for run, summary in zip(runs, summaries, strict=True):  # no number where speed is refused
+        refused = speed_refusal(runs[0], run) is not None
+        summary.values["speedup"] = float("nan") if refused else speedup(runs[0], run)
     ref = _reference_index(summaries)
     verdicts = [
         verdict(

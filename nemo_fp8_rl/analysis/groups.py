@@ -312,12 +312,10 @@ def group_verdict(
         if iv.n < 3:
             accuracy += f"; {FEW_SEEDS}"
     else:
-        if abs(iv.estimate) <= tolerance_points:
-            accuracy = f"matches {who} within {abs(iv.estimate):.1f} points"
-        else:
-            side = "higher" if iv.estimate > 0 else "lower"
-            accuracy = f"{abs(iv.estimate):.1f} points {side} than {who}"
-        accuracy += f" ({where}); this {ONE_RUN}"
+        within = abs(iv.estimate) <= tolerance_points
+        side = "matches" if within else ("higher than" if iv.estimate > 0 else "lower than")
+        rule = f"{'within' if within else 'beyond'} the ±{tolerance_points:g}-point tolerance"
+        accuracy = f"{side} {who}: {iv.estimate:+.1f} points ({where}), {rule}; this {ONE_RUN}"
     if gap.excluded:
         accuracy += (
             f"; {', '.join(gap.excluded)} left out: a NaN or infinite accuracy (see the notes)"

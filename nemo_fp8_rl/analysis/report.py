@@ -367,18 +367,19 @@ def write_report(comparison: Comparison, out_dir: str | Path, plots: bool = True
 def print_comparison(comparison: Comparison, console=None) -> None:
     """Print the summary table, the verdicts and run notes to the terminal with rich."""
     from rich.console import Console
+    from rich.markup import escape
 
     console = console or Console()
     title = precision_title([s.precision for s in comparison.summaries])
     console.print(rich_table(title, *summary_rows(comparison)))
     for head, notes in _run_lines(comparison):
-        console.print(f"[bold]{head}[/bold]", highlight=False)
+        console.print(f"[bold]{escape(head)}[/bold]", highlight=False)
         for note in notes:
-            console.print(f"  [yellow]{note}[/yellow]", highlight=False)
+            console.print(f"  [yellow]{escape(note)}[/yellow]", highlight=False)
     if comparison.recipe_diff is not None:
         print_diff(comparison.recipe_diff, console)
     for line in comparison.verdicts:
-        console.print(f"[bold green]verdict[/bold green] {line}", highlight=False)
+        console.print(f"[bold green]verdict[/bold green] {escape(line)}", highlight=False)
 
 
 def print_diff(diff: RecipeDiff, console=None) -> None:

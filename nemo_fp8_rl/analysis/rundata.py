@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from nemo_fp8_rl.config.safe_files import read_prefix
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.runs import scores
 from nemo_fp8_rl.runs.rundir import read_environment
@@ -143,7 +144,7 @@ def read_jsonl(path: Path) -> tuple[Rows, list[str]]:
     """
     rows: Rows = {}
     notes: list[str] = []
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = _read_metrics(path, MAX_METRICS_BYTES, notes).decode("utf-8", "replace").splitlines()
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for i, line in enumerate(lines):
         if not line.strip():
@@ -168,10 +169,37 @@ def read_jsonl(path: Path) -> tuple[Rows, list[str]]:
     return rows, notes
 
 
+# What a run's metrics take: far below these; past them a file is read up to the bound, with a
+# note (a 2 GB tail of NULs left by a crash is not read for minutes).
+MAX_METRICS_BYTES = 256 * 2**20
+MAX_EVENT_BYTES = 256 * 2**20
+
+
+def _read_metrics(path: Path, limit: int, notes: list[str], text: bool = True) -> bytes:
+    """The first `limit` bytes of a metrics or event file and, for a `text` file, without a
+    trailing run of NULs (an event file's tail is `_tfrecords`'s: its last CRC byte may be 0);
+    a note says where reading stopped and why."""
+    data, size = read_prefix(path, limit, "metrics file")
+    if size > limit:
+        notes.append(f"{path}: {size:,} bytes, read only the first {limit:,}")
+    if not text:
+        return data
+    kept = data.rstrip(b"\0")
+    if len(data) - len(kept) > 1:
+        notes.append(f"{path}: NUL bytes from byte {len(kept):,} on (a crash?), not read")
+        return kept
+    return data
+
+
 def _tfrecords(data: bytes, path: Path, notes: list[str]) -> Iterator[bytes]:
     """Split TFRecord framing; a truncated tail (a writer mid-record) ends the file with a note."""
     pos = 0
     while pos < len(data):
+        if data[pos : pos + _TFRECORD_HEADER] == bytes(_TFRECORD_HEADER):
+            # no record starts with 12 NUL bytes (its length's CRC is never 0): what a crash
+            # leaves in a preallocated file
+            notes.append(f"{path}: NUL bytes from byte {pos:,} on, not records; rest skipped")
+            return
         if pos + _TFRECORD_HEADER > len(data):
             notes.append(f"{path}: truncated record header at byte {pos} (run still writing?)")
             return
@@ -205,7 +233,7 @@ def read_event_file(path: Path) -> tuple[Rows, list[str]]:
 
     rows: Rows = {}
     notes: list[str] = []
-    for record in _tfrecords(path.read_bytes(), path, notes):
+    for record in _tfrecords(_read_metrics(path, MAX_EVENT_BYTES, notes, text=False), path, notes):
         try:
             event = event_pb2.Event.FromString(record)
         except DecodeError:

@@ -108,18 +108,35 @@ def positive_int(text: str) -> int:
     return value
 
 
+MAX_WAIT_S = 24 * 3600.0  # the longest wait or poll any command takes (`cancel --wait`)
+
+
 def wait_seconds(text: str) -> float:
-    """An argparse type: a finite number of seconds > 0 (`--wait`); inf, nan or a negative
-    number would make a wait that never ends or never starts."""
+    """An argparse type: seconds in (0, `MAX_WAIT_S`] (`--wait`); inf, nan, 1e308 or a negative
+    number would make a wait that never ends (in practice) or never starts."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= MAX_WAIT_S):
         raise argparse.ArgumentTypeError(
-            f"expected a finite number of seconds > 0, got {shown(text)!r}"
+            f"expected a finite number of seconds > 0 and at most {MAX_WAIT_S:g} (a day), "
+            f"got {shown(text)!r}"
         )
     return value
+
+
+def int_up_to(high: int) -> Callable[[str], int]:
+    """An argparse type: a whole number in [1, `high`] (`eval --samples`: a bound on work)."""
+
+    def parse(text: str) -> int:
+        value = positive_int(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"expected at most {high:,}, got {shown(text)}")
+        return value
+
+    parse.__name__ = f"whole number in [1, {high}]"
+    return parse
 
 
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:

@@ -137,10 +137,18 @@ def expand_seed_groups(items: list[str]) -> list[Path]:
 
 
 def compare_run_dirs(
-    items: list[str], out: Path | None, plots: bool, tolerance: float, overwrite: bool = False
+    items: list[str],
+    out: Path | None,
+    plots: bool,
+    tolerance: float,
+    overwrite: bool = False,
+    allow_unfair: bool = False,
 ) -> dict:
-    """Read the runs and their evaluations, claim the report folder (`report_folder`), print the
-    table and verdicts, write the report files and `verdict.json`; returns the verdict."""
+    """Read the runs and their evaluations, refuse runs that differ in more than precision and
+    seed unless `allow_unfair` labels their verdicts (`analysis.fairness`), claim the report
+    folder (`report_folder`), print the table and verdicts, write the report files and
+    `verdict.json`; returns the verdict."""
+    from nemo_fp8_rl.analysis import fairness
     from nemo_fp8_rl.analysis.compare import compare_runs
     from nemo_fp8_rl.analysis.groups import ONE_RUN, compare_groups, group_runs
     from nemo_fp8_rl.analysis.more_seeds import more_seeds_commands
@@ -153,6 +161,7 @@ def compare_run_dirs(
     start = time.perf_counter()
     paths = expand_seed_groups(items)
     runs = [load_run(p, name) for p, name in zip(paths, _unique_names(paths), strict=True)]
+    labels = fairness.check(runs, allow_unfair)  # before anything is written
     evaluations = table.collect([p if p.is_dir() else p.parent for p in paths])
     recipes = group_runs(runs)  # runs of one recipe only: compared run by run
     grouped = len(recipes) >= 2 and any(len(g.runs) > 1 for g in recipes)
@@ -164,10 +173,20 @@ def compare_run_dirs(
     )
     if grouped:
         groups = compare_groups(runs, tolerance_points=tolerance)
+        about = [
+            [r.name for r in g.runs] for i, g in enumerate(groups.groups) if i != groups.reference
+        ]
+        groups.verdicts = fairness.labelled(groups.verdicts, about, labels)
         _write_grouped(groups, runs, out, plots, tolerance)
         verdict = groups_verdict(groups, tolerance)
     else:
         comparison = compare_runs(runs, tolerance_points=tolerance)
+        about = [
+            [s.name]
+            for i, s in enumerate(comparison.summaries)
+            if i != comparison.reference and s.precision != "bf16"
+        ]
+        comparison.verdicts = fairness.labelled(comparison.verdicts, about, labels)
         if len(recipes) >= 2:
             comparison.verdicts = [f"{v}; this {ONE_RUN}" for v in comparison.verdicts]
         print_comparison(comparison)
@@ -178,6 +197,8 @@ def compare_run_dirs(
         files = write_report(comparison, out, plots=plots)
         print(f"wrote {files.markdown} and {files.html} ({len(files.plots)} plots)")
         verdict = runs_verdict(comparison, tolerance)
+    verdict["fair"] = not any(v.startswith("NOT A PRECISION") for v in labels.values())
+    verdict["fairness_labels"] = labels
     print(f"wrote {write_verdict(verdict, out)}")
     write_evaluations(evaluations, out)
     folder.record()
@@ -267,6 +288,13 @@ def main(argv: list[str] | None = None) -> int:
         default=DEFAULT_TOLERANCE_POINTS,
         help="accuracy gap (points) still called a match",
     )
+    parser.add_argument(
+        "--allow-unfair",
+        action="store_true",
+        help="runs that differ in more than precision and seed (engine, generator, NeMo RL "
+        "tree, recipe keys): compare them anyway, each verdict labelled as not a precision "
+        "comparison (without it, compare refuses them)",
+    )
     args = parser.parse_args(argv)
     targets, overrides = _split(args.items)
     if len(targets) < 2 and len(expand_seed_groups(targets)) < 2:  # one folder of seeds is fine
@@ -298,7 +326,9 @@ def main(argv: list[str] | None = None) -> int:
     plots = not args.no_plots
     human = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with human:
-        verdict = compare_run_dirs(targets, args.out, plots, args.tolerance_points, args.overwrite)
+        verdict = compare_run_dirs(
+            targets, args.out, plots, args.tolerance_points, args.overwrite, args.allow_unfair
+        )
     if args.json:
         from nemo_fp8_rl.analysis.verdict_json import dumps
 

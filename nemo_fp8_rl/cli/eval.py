@@ -14,7 +14,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from nemo_fp8_rl.cli.common import ArgumentParser, positive_int, run_main
+from nemo_fp8_rl.cli.common import ArgumentParser, int_up_to, positive_int, run_main
 from nemo_fp8_rl.config.user_error import UNAVAILABLE, UsageError, UserError
 from nemo_fp8_rl.evals.request import check_request, read_run_config
 from nemo_fp8_rl.evals.results import EvalResult, write_result
@@ -28,6 +28,10 @@ embedded engine on the addition suite; GPU runs by NeMo RL's checkpoint converte
 evaluation script on math8 (NeMo RL must be installed here). nemo_fp8_rl.compare puts the
 results of evaluated runs beside each other."""
 EXAMPLES = ["nemo_fp8_rl.eval --run runs/grpo-tiny-qwen3-cpu-fp8 --checkpoint best"]
+
+# A bound on the work one command line may ask for: pass@k papers sample at most a few hundred
+# per problem (`--num-problems` is bounded by the suite's benchmarks).
+MAX_SAMPLES = 1024
 
 
 def with_sampling(suite, samples: int | None, pass_ks: list[int] | None):  # noqa: ANN001, ANN201
@@ -161,13 +165,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--num-problems",
-        type=positive_int,
+        type=positive_int,  # bounded by the suite's benchmarks (more is refused)
         default=None,
         help="CPU suite: problems per benchmark (256)",
     )
     p.add_argument(
         "--samples",
-        type=positive_int,
+        type=int_up_to(MAX_SAMPLES),
         default=None,
         help="samples per problem on every benchmark (default: the suite's, 4 or 16)",
     )

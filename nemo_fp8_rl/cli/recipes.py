@@ -27,8 +27,9 @@ commands:
   show R --memory [--gpu T]       the per-GPU memory estimate, trainer and vLLM, on H100, H200,
                                   B200 and GB200 (or the workers' type T)
   validate [R ...]                load and check recipes (all when none is given)
-  cp R FILE.yaml [--overwrite]    copy a recipe to edit it; its defaults: become names that load
-     [--full]                     from any folder (--full: every key, no defaults:)
+  cp R FILE.yaml [--overwrite]    copy a recipe to edit it: the whole configuration, every key with
+     [--defaults]                 the file that set it (--defaults: the recipe's own lines over its
+                                  defaults:, as names that load from any folder)
   import NEMO.yaml [FILE.yaml]    a NeMo RL GRPO config as a recipe, every key kept; --fp8 adds
      [--fp8 [R]] [--calibrated]   FP8, --calibrated calibrated clipping; key=value overrides
      [key=value ...]              apply last (see: nemo_fp8_rl.recipes import --help)"""
@@ -143,7 +144,7 @@ def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: s
 
 
 def _show_memory(recipe, gpu: str | None) -> int:
-    from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+    from nemo_fp8_rl.config.gpus import MEMORY_TYPES, find_gpu, gpu_names
     from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
     from nemo_fp8_rl.guards.memory import breakdown
 
@@ -164,9 +165,32 @@ def _show_memory(recipe, gpu: str | None) -> int:
             "download the model's config.json into the Hugging Face cache, or point "
             "policy.model_name at a folder holding it",
         )
+    gpus, other = _runs_on(recipe, [find_gpu(gpu).name] if gpu else list(MEMORY_TYPES))
     print(f"memory estimate of {recipe.name} per GPU:")
-    print(breakdown(recipe.config, hf, [find_gpu(gpu).name] if gpu else None))
+    if gpus:
+        print(breakdown(recipe.config, hf, gpus))
+    print("\n".join(other))
     return 0
+
+
+def _runs_on(recipe, names: list[str]) -> tuple[list[str], list[str]]:
+    """Of the GPU types `names`, those the recipe runs on, and a line for each it does not (a
+    recipe for one GPU family is refused on the other, whatever its memory: `guards.siblings`)."""
+    from nemo_fp8_rl.config.gpus import find_gpu
+    from nemo_fp8_rl.guards.siblings import FAMILY_NAMES, family_of, sibling_line
+
+    family = family_of(recipe.config)
+    if family is None:
+        return names, []
+    keep = [n for n in names if find_gpu(n).family == family]
+    sibling = (sibling_line(Path(recipe.path), recipe.config) or "").partition("; ")[2]
+    lines = [
+        f"  {n}: not estimated: {recipe.name} runs on {FAMILY_NAMES[family]} GPUs only, so it "
+        f"does not run on a {n} whatever its memory; {sibling}"
+        for n in names
+        if n not in keep
+    ]
+    return keep, lines
 
 
 def cmd_cp(recipe: str, dest: Path, overwrite: bool, full: bool = False) -> int:
@@ -319,11 +343,17 @@ def _parser() -> ArgumentParser:
     cp.add_argument("recipe", help="recipe path or short name")
     cp.add_argument("dest", type=Path, metavar="FILE.yaml", help="the copy (or a folder for it)")
     cp.add_argument("--overwrite", action="store_true", help="replace an existing file")
-    cp.add_argument(
+    shape = cp.add_mutually_exclusive_group()
+    shape.add_argument(
         "--full",
         action="store_true",
-        help="write every key of the resolved recipe (each with the file that set it) instead "
-        "of the recipe's own lines over its defaults",
+        help="write every key of the resolved recipe, each with the file that set it (the default)",
+    )
+    shape.add_argument(
+        "--defaults",
+        action="store_true",
+        help="write the recipe's own lines over its defaults: instead (the copy then follows "
+        "later fixes of the configs it builds on)",
     )
     _add_import(sub)
     return parser
@@ -341,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "show":
         return cmd_show(args.recipe, args.overrides, args.sources, args.memory, args.gpu)
     if args.cmd == "cp":
-        return cmd_cp(args.recipe, args.dest, args.overwrite, args.full)
+        return cmd_cp(args.recipe, args.dest, args.overwrite, full=not args.defaults)
     if args.cmd == "import":
         dest, overrides = _import_args(args)
         return cmd_import(args.source, dest, args.fp8, args.calibrated, args.overwrite, overrides)

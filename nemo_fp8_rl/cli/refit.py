@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 import shutil
 import sys
 import tempfile
@@ -21,6 +22,7 @@ from typing import Any
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.cli.refit_source import HF, classify
 from nemo_fp8_rl.config.safe_files import located_disk_full
+from nemo_fp8_rl.config.temp_files import sibling_prefix, sweep_siblings
 from nemo_fp8_rl.config.user_error import UsageError, UserError
 
 DESCRIPTION = """\
@@ -76,7 +78,8 @@ def _hf_source(kind: str, src: Path, out: Path) -> Iterator[Path]:
     from nemo_fp8_rl.engines.local.hf_export import write_hf_folder
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.trained-"))
+    sweep_siblings(out, "trained")  # what a killed export (SIGKILL) left
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=sibling_prefix(out, "trained")))
     kept = "the earlier export is kept" if out.exists() else "nothing was written"
     try:
         print(f"exporting the trained weights of {src}")
@@ -110,6 +113,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         f"wrote {args.out}: scheme {plan.scheme} ({plan.scale} scales), {len(plan.fp8_names)} FP8 "
         f"weights, {len(plan.bf16_names)} BF16 tensors, {len(plan.ignored_layers)} ignored layers "
         f"({time.perf_counter() - start:.1f} s)"
+    )
+    print("next:")
+    print(
+        f"  vllm serve {shlex.quote(str(args.out))}   # in vLLM's environment, on a GPU: vLLM reads "
+        "its quantization_config (NeMo RL's generation loads the same layout)"
     )
     return 0
 

@@ -39,6 +39,7 @@ from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_comman
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.engines.choose import EngineUnavailable
 from nemo_fp8_rl.runs import rundir
 from nemo_fp8_rl.slurm import build_job_spec, render_sbatch, submit, write_job_files
 from nemo_fp8_rl.slurm.spec import split_mounts
@@ -266,11 +267,14 @@ def run_submit(args: argparse.Namespace) -> int:
             "Ray has room on them",
             file=sys.stderr,
         )
+    job_python = check_job_python(recipe, spec)
     if args.dry_run:  # refused as the real submission would be, before the script is shown
         refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
         if refused is not None:
             return refused
         sys.stdout.write(script)
+        if job_python is not None:
+            print(f"note: a real submit from here is refused: {job_python}", file=sys.stderr)
         return 0
     if not spec.is_array:  # array tasks' run dirs were checked per seed
         rundir.check_owner(
@@ -279,6 +283,15 @@ def run_submit(args: argparse.Namespace) -> int:
     refused = preflight_gate(_gate_recipe(recipe, args.partition), skip=args.no_preflight)
     if refused is not None:
         return refused
+    if job_python is not None:
+        raise EngineUnavailable(
+            f"{sys.executable} (the job's Python)",
+            job_python,
+            "submit from NeMo RL's environment (its Python, e.g. `python -m nemo_fp8_rl.submit` "
+            "in NeMo RL's checkout set up with uv, PYTHONPATH holding this repository), or run "
+            "the job in NVIDIA's nemo-rl container (--container IMAGE) or give a "
+            "slurm.setup_command that activates NeMo RL's environment",
+        )
     _, script_file = write_job_files(recipe, script, spec.log_root)
     job_id = submit(script_file)
     print(f"Submitted job {job_id}")
@@ -292,6 +305,25 @@ def run_submit(args: argparse.Namespace) -> int:
     else:
         print(f"Output: {spec.log_root}/slurm-{job_id}.out")
     return 0
+
+
+def check_job_python(recipe, spec) -> str | None:
+    """Why the job's Python cannot run the job's engine (None: it can, or the job brings its
+    own environment). Without a container or setup command the job runs this interpreter
+    (`build_job_spec` puts its folder first on PATH): a GPU recipe's job needs NeMo RL there,
+    else it would hold its GPUs and exit 3 (`engines.nemo.available`, the check `train` makes)."""
+    if recipe.config["cluster"]["gpus_per_node"] == 0 or spec.container or spec.setup_command:
+        return None
+    from nemo_fp8_rl.engines import nemo
+
+    ok, why = nemo.available()
+    if ok:
+        return None
+    reason = why.partition(". ")[0].rstrip(".")  # its first sentence: what is missing
+    return (
+        f"the job runs {recipe.name} on NeMo RL with this Python ({reason}), so it would hold "
+        f"{spec.nodes * spec.gpus_per_node} GPU(s) and exit 3"
+    )
 
 
 def check_job_engine(recipe, args: argparse.Namespace) -> None:

@@ -5,8 +5,8 @@ console scripts (`nemo_fp8_rl.train`) exist only inside the project's environmen
 `uv run` (which sets `UV`) they need `uv run` again, and from outside the project folder
 `uv run --project <root>` (uv finds the project from the working folder, so a bare `uv run`
 elsewhere fails with "Failed to spawn"). In an activated environment the bare name works; where
-no console script is installed (NeMo RL's environment, `scripts/nemo-rl-env.sh`), it is
-`python -m nemo_fp8_rl.<command>`.
+no console script is installed it is `python -m nemo_fp8_rl.<command>`, behind
+`bash scripts/nemo-rl-env.sh <tree> --` in the NeMo RL environment that script sets up.
 """
 
 from __future__ import annotations
@@ -54,4 +54,21 @@ def command(name: str) -> str:
         return f"{prefix} {script}"
     if shutil.which(script):
         return script
-    return f"python -m {script}"
+    nemo_env = nemo_rl_env_prefix()
+    return f"{nemo_env} python -m {script}" if nemo_env else f"python -m {script}"
+
+
+def nemo_rl_env_prefix() -> str | None:
+    """`bash scripts/nemo-rl-env.sh [--vllm] <tree> --` when this process runs in the NeMo RL
+    environment that script set up (it exports `NEMO_RL_SRC`, and `NEMO_FP8_RL_ENV_FLAGS` for
+    `--vllm`): a bare `python -m` pasted in another shell would not find NeMo RL's environment."""
+    tree = os.environ.get("NEMO_RL_SRC")
+    if not tree:
+        return None
+    script = project_root() / "scripts" / "nemo-rl-env.sh"
+    try:
+        shown = script.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        shown = script
+    flags = os.environ.get("NEMO_FP8_RL_ENV_FLAGS", "").split()
+    return shlex.join(["bash", str(shown), *flags, tree, "--"])

@@ -13,11 +13,11 @@ __all__ = [
 
 
 class RecipeError(ProblemsError, ValueError):
-    """Raised when a recipe cannot be loaded or fails validation; lists every problem found
+    """Raised when a recipe cannot be loaded or fails validation; lists the first `limit` problems
     (`recipe <name> has N problem(s):` and one line each, every line with its own fix)."""
 
     code = USAGE
-    limit = None
+    limit = 50  # listed; the rest counted ("... and M more"): 100,000 misspelt keys are one screen
 
     def __init__(self, recipe: str, issues: Sequence[Problem]) -> None:
         self.recipe = recipe

@@ -15,8 +15,8 @@ with the key and file that make it so.
 
 from __future__ import annotations
 
+import dataclasses
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
 from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
+from nemo_fp8_rl.config.temp_files import temporary_folder
 from nemo_fp8_rl.config.user_error import UsageError
 
 FP8_OVERLAYS = ("blockwise", "tensorwise", "mxfp8")
@@ -351,11 +352,24 @@ def load_recipe_or_import(
         path = Path(ref)
         if not (path.is_file() and is_nemo_rl_config(path)):
             raise
-    folder = Path(tempfile.mkdtemp(prefix="nemo-fp8-rl-import-"))
-    dest = write_imported(import_nemo_config(path), folder / path.name)
-    print(
-        f"# {path} is a NeMo RL config: imported as a recipe ({dest}); "
-        f"`nemo_fp8_rl.recipes import {path} FILE.yaml` keeps a copy to edit",
-        file=sys.stderr,
-    )
-    return load_recipe(dest, overrides, run_dir=run_dir)
+    with temporary_folder("import") as folder:
+        dest = write_imported(import_nemo_config(path), folder / path.name)
+        print(
+            f"# {path} is a NeMo RL config: imported as a recipe (as `nemo_fp8_rl.recipes import "
+            f"{path} FILE.yaml` writes it, to keep a copy to edit)",
+            file=sys.stderr,
+        )
+        try:
+            recipe = load_recipe(dest, overrides, run_dir=run_dir)
+        except RecipeError as exc:  # named at the user's file, not the temporary copy
+            raise RecipeError(str(path), [_at_source(p, dest, path) for p in exc.issues]) from None
+    # The temporary copy is gone: keys set by it are named at the NeMo RL file they came from.
+    prov = {k: v.replace(str(dest), str(path)) for k, v in recipe.provenance.items()}
+    return dataclasses.replace(recipe, path=path, provenance=prov, ref=str(ref))
+
+
+def _at_source(problem: Problem, copy: Path, source: Path) -> Problem:
+    """`problem` with the temporary imported copy's path replaced by the user's file."""
+    if problem.file and str(copy) in problem.file:
+        return dataclasses.replace(problem, file=problem.file.replace(str(copy), str(source)))
+    return problem

@@ -173,10 +173,30 @@ class LocalConfig(_Section):
         description="emulate a 4-bit format (W4A4, straight-through gradients) in training and "
         "rollout instead of FP8; this engine only (configs/precision/nvfp4-cpu.yaml)",
     )
+    fp4_activation_scale: Literal["tensor", "token"] = Field(
+        "tensor",
+        description="NVFP4 activations' FP32 second-level scale: one per tensor (Transformer "
+        "Engine's NVFP4BlockScaling) or one per token (row)",
+    )
+    fp4_four_over_six: bool = Field(
+        False,
+        description="NVFP4 '4/6' adaptive block scaling: each 16-value block scaled to 4 or "
+        "to 6, whichever gives the smaller squared error (weights and activations, both sides)",
+    )
     model: TinyModelConfig = TinyModelConfig()
     task: TaskConfig = TaskConfig()
     warmup: WarmupConfig = WarmupConfig()
     progress: bool = True
+
+    @model_validator(mode="after")
+    def _nvfp4_variants(self) -> LocalConfig:
+        variant = self.fp4_activation_scale != "tensor" or self.fp4_four_over_six
+        if variant and self.fp4 != "nvfp4":
+            raise ValueError(
+                "fp4_activation_scale: token and fp4_four_over_six are NVFP4 variants: set "
+                "local.fp4: nvfp4, or leave them at tensor / false"
+            )
+        return self
 
 
 class RefitConfig(_Section):
@@ -190,6 +210,12 @@ class RefitConfig(_Section):
         description="NeMo RL engine, FP8 rollout: where FP8 weights are quantized at refit. "
         "generator: NeMo RL's vLLM worker quantizes the BF16 weights it receives; trainer: the "
         "Megatron worker sends (E4M3, scale_inv) pairs that vLLM loads as they are",
+    )
+    precision_split: bool = Field(
+        False,
+        description="true: training and generation run in different precisions on purpose "
+        "(FP8 generation over BF16 training, NeMo RL's FP8-rollout setting); an undeclared "
+        "split is refused (config/split_rules.py)",
     )
 
 

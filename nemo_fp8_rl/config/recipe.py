@@ -60,6 +60,10 @@ class Recipe:
     config: dict
     provenance: dict[str, str] = field(repr=False)
     run_dir: Path
+    # the recipe as the command line named it and the overrides it gave, in order: what a
+    # printed command that runs this recipe again (`runs.resume`) repeats
+    ref: str = field(default="", repr=False)
+    overrides: tuple[str, ...] = field(default=(), repr=False)
 
     def section(self, dotted: str) -> Any:
         """The config value at a dotted path (a dict for sections)."""
@@ -124,7 +128,15 @@ def load_recipe(
         issues += check_rules(resolved, prov)  # rules read typed values only
     if issues:
         raise RecipeError(str(path), issues)
-    return Recipe(name=name, path=path, config=resolved, provenance=prov, run_dir=run_dir)
+    return Recipe(
+        name=name,
+        path=path,
+        config=resolved,
+        provenance=prov,
+        run_dir=run_dir,
+        ref=str(ref),
+        overrides=tuple(overrides),
+    )
 
 
 def _derived_issue(key: str, source: str) -> Problem:

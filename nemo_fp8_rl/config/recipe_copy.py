@@ -81,7 +81,7 @@ def full_text(src: Path, name: str) -> str:
     config, prov = load_chain(src)
     body = yaml.safe_dump(config, sort_keys=False, default_flow_style=False, width=120)
     header = (
-        f"# The full configuration of {name}, copied by `nemo_fp8_rl.recipes cp --full`.\n"
+        f"# The full configuration of {name}, copied by `nemo_fp8_rl.recipes cp`.\n"
         "# No defaults: every key is here; the comment after a key names the file that set it\n"
         "# in the original. Run names and paths (log_dir, checkpoint_dir) derive from this\n"
         "# file's name, so they are left out.\n"

@@ -16,6 +16,7 @@ from nemo_fp8_rl.config.lowprec_rules import four_bit_emulation
 from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
+from nemo_fp8_rl.config.split_rules import precision_split
 
 Rule = Callable[[dict, dict[str, str]], list[Problem]]
 
@@ -404,6 +405,7 @@ RULES: tuple[Rule, ...] = (
     parallel_sizes_divide_cluster,
     quantize_on_trainer,
     four_bit_emulation,
+    precision_split,
     engine_rules,
 )
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from nemo_fp8_rl.config.temp_files import sibling_prefix, sweep_siblings
 from nemo_fp8_rl.config.user_error import RUNTIME, USAGE, UserError
 
 FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -103,8 +104,9 @@ def write_atomic_with(
     `fill(handle)` writes the temporary sibling, which then replaces `path`."""
     path = Path(path)
     refuse_link(path)
-    if path.exists() and not path.is_file():
-        raise UnsafePath(path, "is not a regular file", "remove it, or choose another path")
+    kind = not_a_file(path)
+    if kind is not None:  # a pipe is not written (nothing would read it), a folder not replaced
+        raise UnsafePath(path, f"is {kind}, not a regular file", "choose another path")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as handle:
@@ -161,7 +163,9 @@ def write_folder(path: Path, build: Callable[[Path], object], what: str = "folde
     if path.exists() and not path.is_dir():
         raise UnsafePath(path, "is a file, not a folder", "remove it, or choose another path")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=path.parent))
+    for tag in ("tmp", "old"):  # what a killed writer (SIGKILL) left beside `path`
+        sweep_siblings(path, tag)
+    tmp = Path(tempfile.mkdtemp(prefix=sibling_prefix(path, "tmp"), dir=path.parent))
     try:
         build(tmp)
     except BaseException as exc:
@@ -173,7 +177,7 @@ def write_folder(path: Path, build: Callable[[Path], object], what: str = "folde
         raise
     old = None
     if path.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{path.name}.old-", dir=path.parent))
+        old = Path(tempfile.mkdtemp(prefix=sibling_prefix(path, "old"), dir=path.parent))
         os.replace(path, old / "previous")
     try:
         os.replace(tmp, path)
@@ -238,6 +242,13 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them: opened without blocking
     (a named pipe nobody writes would hang the read), refused with a located `UnsafePath` naming
     what it really is (pipe, folder, device, link loop) or its size past `limit`."""
+    data, _ = _read_regular(Path(path), limit, what, refuse_large=True)
+    return data
+
+
+def _read_regular(path: Path, limit: int, what: str, refuse_large: bool) -> tuple[bytes, int]:
+    """(at most `limit` bytes of `path`, its size): `read_bytes_bounded`'s open and refusals;
+    past `limit` refused when `refuse_large`, else cut."""
     path = Path(path)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -247,22 +258,33 @@ def read_bytes_bounded(path: Path, limit: int, what: str = "file") -> bytes:
         if exc.errno == errno.ENOENT:
             raise UnsafePath(path, f"no such {what}", "check the path") from exc
         raise
+    st = os.fstat(fd)
+    kind = not_a_file(path, st.st_mode)
+    if kind is not None or (refuse_large and st.st_size > limit):
+        os.close(fd)
+    if kind is not None:
+        raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
+    if refuse_large and st.st_size > limit:
+        raise UnsafePath(
+            path,
+            f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
+            f"pass the {what} itself (is it the right file?)",
+        )
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as handle:
-        st = os.fstat(fd)
-        kind = not_a_file(path, st.st_mode)
-        if kind is not None:
-            raise UnsafePath(path, f"is {kind}, not a {what}", f"pass a regular {what}")
-        if st.st_size > limit:
-            raise UnsafePath(
-                path,
-                f"is {st.st_size:,} bytes, more than the {limit:,} a {what} may have",
-                f"pass the {what} itself (is it the right file?)",
-            )
-        os.set_blocking(fd, True)
         data = handle.read(limit + 1)
     if len(data) > limit:
-        raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
-    return data
+        if refuse_large:
+            raise UnsafePath(path, f"is more than {limit:,} bytes", f"pass a smaller {what}")
+        data = data[:limit]
+    return data, max(st.st_size, len(data))
+
+
+def read_prefix(path: Path, limit: int, what: str = "file") -> tuple[bytes, int]:
+    """The first `limit` bytes of the regular file `path` and its size, for readers that report
+    what they read and say where they stopped (an event file grown past any run's size); the
+    open and the refusals are `read_bytes_bounded`'s."""
+    return _read_regular(Path(path), limit, what, refuse_large=False)
 
 
 def read_text_bounded(path: Path, limit: int, what: str = "file") -> str:

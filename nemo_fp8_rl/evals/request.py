@@ -45,7 +45,13 @@ def read_run_config(run_dir: Path) -> dict[str, Any]:
     path = run_dir / "recipe.yaml"
     fix = f"pass a run directory of nemo_fp8_rl.train, or restore {path.name} from a backup"
     if not path.is_file():
-        raise UsageError(path, f"not found: {run_dir} is not a run directory", fix)
+        raise UsageError(
+            path,
+            f"not found: {run_dir} is not a run directory"
+            + ("" if run_dir.is_dir() else " (no such folder here)"),
+            "pass the folder of a run: train writes runs/<recipe name> under the folder it runs "
+            f"in (here {Path.cwd()}); ls runs/ lists them",
+        )
     try:
         config = load_yaml_file(path)
     except RecipeError as exc:

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config.safe_files import write_atomic
-from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.config.safe_files import read_text_bounded, write_atomic
+from nemo_fp8_rl.config.user_error import UsageError, UserError
 from nemo_fp8_rl.evals.passk import pass_at_k
 
 FORMAT = 1
@@ -115,6 +115,9 @@ def write_result(result: EvalResult, run_dir: Path) -> Path:
     return paths[0]
 
 
+MAX_RESULT_BYTES = 64 * 2**20  # a result holds scores and per-benchmark counts: kilobytes
+
+
 class EvalReadError(UsageError):
     """An evaluation file is unreadable or malformed; the message names it (exit code 2)."""
 
@@ -125,9 +128,11 @@ _REREAD = "re-run nemo_fp8_rl.eval for this checkpoint, or move the file out of 
 def read_result(path: Path) -> dict[str, Any]:
     """Load and check one result file (the dict as written): an object with `suite`, `run`,
     `checkpoint` (`selector`, `step`) and `benchmarks` (name -> object with a numeric `score`)."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    try:  # a regular file of at most MAX_RESULT_BYTES: a named pipe there would block the read
+        data = json.loads(read_text_bounded(Path(path), MAX_RESULT_BYTES, "result file"))
+    except UserError as exc:
+        raise EvalReadError(path, exc.what, _REREAD) from None
+    except (OSError, ValueError) as exc:
         raise EvalReadError(path, f"cannot read an evaluation result ({exc})", _REREAD) from None
     if not isinstance(data, dict):
         what = f"a JSON {type(data).__name__}, not an object"

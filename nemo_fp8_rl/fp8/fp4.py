@@ -21,6 +21,15 @@ weights) and each tile gets one scale:
 there, and here too. Tiles are zero-padded at the edges (padding never raises an amax).
 `tests/test_fp4.py` holds these against outputs of TE's own reference functions recorded by
 `scripts/te_reference_cases.py`.
+
+**Variants** (NVFP4 only; the rescue study's arms, not TE's reference): a per-row global scale
+(`global_scale="row"`: `g_enc` from each row's amax instead of the tensor's, i.e. one FP32 scale
+per token for activations) and "4/6" adaptive block scaling (`four_over_six`, arXiv 2512.02010):
+each tile is also quantized with its amax mapped to 4 (`s4 = e4m3(amax * g_enc / 4)`, the E2M1
+grid then denser near the tile's maximum, 6 unused unless the scale saturates) and keeps the
+scaling with the smaller `sum (x̂ - x)^2` (ties: max 6). Its tensor scale maps the amax to
+384 * 4 = 1536 instead of 448 * 6 (`g_enc = 1536 / amax(X)`), so that both candidate scales of
+the largest tile fit E4M3 (384 and 256), as the method's published kernels do.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ FP4Kind = Literal["nvfp4", "mxfp4"]
 E2M1_MAX = 6.0
 E4M3_MAX = 448.0
 FLT_MAX = torch.finfo(torch.float32).max
+FOUR_OVER_SIX_TARGET = 384.0 * 4.0  # 4/6's tensor scale target (`_global_target`)
 # E2M1 magnitude boundaries between code i and i + 1; a tie goes to the even code.
 _BOUNDS = (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0)
 _MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -46,11 +56,15 @@ class FP4Spec:
     """How to quantize one tensor to a 4-bit format: `kind` and tile shape `(rows, cols)`.
 
     NVFP4 takes tiles (1, 16) (activations, gradients) or (16, 16) (TE's 2-D weight tiles);
-    MXFP4 takes (1, 32).
+    MXFP4 takes (1, 32). Two NVFP4 variants (module doc, "Variants"): `global_scale="row"` gives
+    each row (token) its own FP32 second-level scale (1 x 16 tiles only), and `four_over_six`
+    scales each tile to 4 or to 6, whichever quantizes it with the smaller squared error.
     """
 
     kind: FP4Kind = "nvfp4"
     tile: tuple[int, int] = (1, 16)
+    global_scale: Literal["tensor", "row"] = "tensor"
+    four_over_six: bool = False
 
     def __post_init__(self) -> None:
         allowed = {"nvfp4": ((1, 16), (16, 16)), "mxfp4": ((1, 32),)}
@@ -60,16 +74,21 @@ class FP4Spec:
             raise ValueError(
                 f"{self.kind} tiles are {' or '.join(map(str, allowed[self.kind]))}, got {self.tile}"
             )
+        variant = self.global_scale != "tensor" or self.four_over_six
+        if variant and self.kind != "nvfp4":
+            raise ValueError("per-row global scales and 4/6 block scaling are NVFP4 variants")
+        if self.global_scale == "row" and tuple(self.tile) != (1, 16):
+            raise ValueError("a per-row global scale needs 1 x 16 tiles (one tile row per row)")
 
     @property
     def granularity(self) -> str:
-        """A name for logs and layer reprs, e.g. `nvfp4-16x16`."""
-        return f"{self.kind}-{self.tile[0]}x{self.tile[1]}"
-
-    @property
-    def scale(self) -> str:
-        """The block-scale format: `e4m3` (NVFP4, with an FP32 tensor scale) or `e8m0` (MXFP4)."""
-        return "e4m3" if self.kind == "nvfp4" else "e8m0"
+        """A name for logs and layer reprs, e.g. `nvfp4-16x16`, `nvfp4-1x16-row-4over6`."""
+        name = f"{self.kind}-{self.tile[0]}x{self.tile[1]}"
+        return (
+            name
+            + ("-row" if self.global_scale == "row" else "")
+            + ("-4over6" if self.four_over_six else "")
+        )
 
 
 @dataclass(frozen=True)
@@ -117,20 +136,54 @@ def _tiled_amax(x2d: torch.Tensor, rows: int, cols: int) -> tuple[torch.Tensor, 
     return tiles, tiles.abs().amax(dim=(1, 3))
 
 
+def _global_target(spec: FP4Spec) -> float:
+    """What the tensor's amax maps to in `g_enc = target / amax`: TE's 448 * 6, or for 4/6
+    384 * 4 = 1536, so that the largest tile's scale stays in E4M3 with either candidate (384
+    when it maps to 4, 256 when it maps to 6), as the method's published kernels do."""
+    return FOUR_OVER_SIX_TARGET if spec.four_over_six else E4M3_MAX * E2M1_MAX
+
+
 def _nvfp4_scales(
-    amax: torch.Tensor, global_amax: torch.Tensor
+    amax: torch.Tensor,
+    global_amax: torch.Tensor,
+    block_max: float = E2M1_MAX,
+    target: float = E4M3_MAX * E2M1_MAX,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(e4m3 block scales, FP32 encode multipliers, FP32 global decode scale): formula above."""
+    """(e4m3 block scales, FP32 encode multipliers, FP32 global decode scale): formula above,
+    with the tile's amax mapped to `block_max` (6, or 4 for 4/6's alternative) and the tensor's
+    to `target` (`_global_target`)."""
     f32 = torch.float32
-    g_enc = torch.tensor(E4M3_MAX * E2M1_MAX, dtype=f32) / global_amax.to(f32)
+    g_enc = torch.tensor(target, dtype=f32) / global_amax.to(f32)
     g_enc = torch.clamp(g_enc, max=FLT_MAX)
     g_enc = torch.where(g_enc == 0, torch.ones_like(g_enc), g_enc)
     g_dec = torch.tensor(1.0, dtype=f32) / g_enc
-    mult = g_enc * torch.reciprocal(torch.tensor(E2M1_MAX, dtype=f32))
+    mult = g_enc * torch.reciprocal(torch.tensor(block_max, dtype=f32))
     s = torch.clamp(amax * mult, max=FLT_MAX).clamp(-E4M3_MAX, E4M3_MAX)
     s = s.to(torch.float8_e4m3fn)
     enc = torch.clamp(torch.tensor(1.0, dtype=f32) / (s.to(f32) * g_dec), max=FLT_MAX)
     return s, enc, g_dec
+
+
+def _nvfp4_tiles(
+    tiles: torch.Tensor, amax: torch.Tensor, global_amax: torch.Tensor, four_over_six: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(codes `(Mb, rows, Kb, cols)`, e4m3 scales `(Mb, Kb)`) of NVFP4 tiles; with
+    `four_over_six` each tile keeps whichever of the max-6 and max-4 scalings gives the smaller
+    sum of squared errors `sum (x̂ - x)^2` (ties: max 6)."""
+    out = []
+    target = FOUR_OVER_SIX_TARGET if four_over_six else E4M3_MAX * E2M1_MAX
+    for block_max in (E2M1_MAX, 4.0) if four_over_six else (E2M1_MAX,):
+        s, enc, g_dec = _nvfp4_scales(amax, global_amax, block_max, target)
+        codes = e2m1_codes(torch.clamp(tiles * enc[:, None, :, None], -E2M1_MAX, E2M1_MAX))
+        deq = e2m1_values(codes) * (s.to(torch.float32) * g_dec)[:, None, :, None]
+        out.append((codes, s, ((deq - tiles) ** 2).sum(dim=(1, 3))))
+    if len(out) == 1:
+        return out[0][0], out[0][1]
+    (c6, s6, e6), (c4, s4, e4) = out
+    four = e4 < e6
+    codes = torch.where(four[:, None, :, None], c4, c6)
+    scales = torch.where(four, s4.to(torch.float32), s6.to(torch.float32))
+    return codes, scales.to(torch.float8_e4m3fn)
 
 
 def _mxfp4_scales(amax: torch.Tensor) -> torch.Tensor:
@@ -148,15 +201,18 @@ def quantize_fp4(x: torch.Tensor, spec: FP4Spec) -> FP4Tensor:
     rows, cols = spec.tile
     tiles, amax = _tiled_amax(x2d, rows, cols)
     if spec.kind == "nvfp4":
-        global_amax = x2d.abs().amax().to(torch.float32) if x2d.numel() else torch.zeros(())
-        scales, enc, _ = _nvfp4_scales(amax, global_amax)
+        if spec.global_scale == "row":
+            global_amax = x2d.abs().amax(dim=1, keepdim=True).to(torch.float32)
+        else:
+            global_amax = x2d.abs().amax().to(torch.float32) if x2d.numel() else torch.zeros(())
+        codes, scales = _nvfp4_tiles(tiles, amax, global_amax, spec.four_over_six)
     else:
         global_amax = None
         scales = _mxfp4_scales(amax)
         enc = torch.tensor(1.0, dtype=torch.float32) / scales
-    scaled = torch.clamp(tiles * enc[:, None, :, None], -E2M1_MAX, E2M1_MAX)
+        codes = e2m1_codes(torch.clamp(tiles * enc[:, None, :, None], -E2M1_MAX, E2M1_MAX))
     m, k = x2d.shape
-    codes = e2m1_codes(scaled).reshape(tiles.shape[0] * rows, -1)[:m, :k].reshape(x.shape)
+    codes = codes.reshape(tiles.shape[0] * rows, -1)[:m, :k].reshape(x.shape)
     return FP4Tensor(codes, scales, global_amax, spec)
 
 
@@ -164,7 +220,7 @@ def decode_scales(t: FP4Tensor) -> torch.Tensor:
     """Per-tile FP32 dequantization multipliers: NVFP4 `fp32(s) * g_dec`, MXFP4 `s`."""
     if t.spec.kind == "mxfp4":
         return t.scales
-    _, _, g_dec = _nvfp4_scales(torch.zeros(1), t.global_amax)
+    _, _, g_dec = _nvfp4_scales(torch.zeros(1), t.global_amax, target=_global_target(t.spec))
     return t.scales.to(torch.float32) * g_dec
 
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.guards import alignment, fp8_active, memory, scale_format, upstream_bugs
+from nemo_fp8_rl.guards import (
+    alignment,
+    field_checks,
+    fp8_active,
+    grouped_experts,
+    memory,
+    scale_format,
+    upstream_bugs,
+)
 from nemo_fp8_rl.guards.assumed_gpu import assumed_worker, not_run_line
 from nemo_fp8_rl.guards.context import GuardContext, NemoRLTree, WorkerGpu
 from nemo_fp8_rl.guards.findings import CheckResult, GuardReport
@@ -75,6 +83,55 @@ CATALOGUE: tuple[Entry, ...] = (
         "verl PR #4435",
         "before launch",
         upstream_bugs.check_kv_qk_norm,
+    ),
+    Entry(
+        "grouped-experts-mxfp8",
+        "grouped MoE expert slabs in an MXFP8 refit: NeMo RL 7ea279a's load_weights refuses them",
+        grouped_experts.UPSTREAM,
+        "before launch",
+        grouped_experts.check,
+    ),
+    Entry(
+        "kv-scales-refit",
+        "FP8 KV cache on a colocated refit that drops the trainer's KV scales",
+        field_checks.UPSTREAMS["kv-scales-refit"],
+        "before launch",
+        field_checks.check_kv_scales_refit,
+    ),
+    Entry(
+        "hf-overrides",
+        "the user's vllm_kwargs.hf_overrides dropped by FP8 set-up, or replacing FP8's quantization_config",
+        field_checks.UPSTREAMS["hf-overrides"],
+        "before launch",
+        field_checks.check_hf_overrides,
+    ),
+    Entry(
+        "layer-parity",
+        "trainer and rollout running different layers in BF16 (warning)",
+        field_checks.UPSTREAMS["layer-parity"],
+        "before launch",
+        field_checks.check_layer_parity,
+    ),
+    Entry(
+        "pow2-on-hopper",
+        "power-of-2 scales on Hopper workers (warning)",
+        field_checks.UPSTREAMS["pow2-on-hopper"],
+        "before launch",
+        field_checks.check_pow2_on_hopper,
+    ),
+    Entry(
+        "zero-block-scales",
+        "an all-zero block quantized to a NaN/inf scale or an invalid E8M0 byte",
+        field_checks.UPSTREAMS["zero-block-scales"],
+        "before launch",
+        field_checks.check_zero_block_scales,
+    ),
+    Entry(
+        "pp-scale-names",
+        "fp8_param scales re-synced under wrong names on pipeline stages > 0 (warning)",
+        field_checks.UPSTREAMS["pp-scale-names"],
+        "before launch",
+        field_checks.check_pp_scale_names,
     ),
     Entry(
         "served-precision",

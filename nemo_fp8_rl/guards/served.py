@@ -6,8 +6,11 @@ generation worker, the embedded engine's rollout) reports each decoder linear la
 * `fp8-block`: an FP8 weight with a float32 `weight_scale_inv` of shape
   `(ceil(out / 128), ceil(in / 128))` (vLLM's block FP8; DeepGEMM may pad the scale grid up to a
   multiple of 4 rows, which is accepted);
-* `mxfp8`: an FP8 weight with E8M0 (uint8 / float8_e8m0fnu) `weight_scale` of `(out, in / 32)`;
-* `fp8-bad-scale`: an FP8 weight whose scale has another dtype or shape;
+* `mxfp8`: an FP8 weight with E8M0 (uint8 / float8_e8m0fnu) scales of `(out, in / 32)`:
+  `weight_scale_from_checkpoint` where NeMo RL's MXFP8 refit keeps them, else `weight_scale`;
+* `fp8-bad-scale`: an FP8 weight whose scale has another dtype or shape, or bad values: a block
+  scale not finite or not positive, an E8M0 byte 255 (NaN), as an all-zero block quantized
+  without its own case leaves them (slime PR #2256, NVIDIA-NeMo/RL PR #3477);
 * `bf16`: anything else (the weight in BF16, FP16 or FP32);
 
 and whether NeMo RL's FP8 patches are in place in the process that holds the layers (vLLM's
@@ -28,6 +31,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+import torch
 
 from nemo_fp8_rl.config.user_error import ProblemsError
 
@@ -92,13 +97,19 @@ def classify(module: Any) -> str:
     block = getattr(module, "weight_scale_inv", None)
     if block is not None and str(block.dtype) == "torch.float32" and block.dim() == 2:
         rows, cols = math.ceil(out_f / BLOCK), math.ceil(in_f / BLOCK)
-        if block.shape[1] == cols and rows <= block.shape[0] <= 4 * math.ceil(rows / 4):
-            return FP8_BLOCK
-        return BAD_SCALE
-    mx = getattr(module, "weight_scale", None)
+        shaped = block.shape[1] == cols and rows <= block.shape[0] <= 4 * math.ceil(rows / 4)
+        # an all-zero block quantized without its own case gives an inf/NaN or zero scale
+        valid = bool(torch.isfinite(block).all()) and bool((block > 0).all())
+        return FP8_BLOCK if shaped and valid else BAD_SCALE
+    # NeMo RL's MXFP8 path keeps the checkpoint-layout E8M0 bytes as `weight_scale_from_checkpoint`
+    # (vLLM's `weight_scale` is then its swizzled copy; the CPU generation worker holds only the
+    # former)
+    mx = getattr(module, "weight_scale_from_checkpoint", None)
+    mx = getattr(module, "weight_scale", None) if mx is None else mx
     e8m0 = mx is not None and ("uint8" in str(mx.dtype) or "e8m0" in str(mx.dtype))
     if e8m0 and tuple(mx.shape)[-1] >= math.ceil(in_f / MX_BLOCK):
-        return MXFP8
+        # E8M0 byte 255 is NaN (an all-zero block's scale gone wrong, slime PR #2256)
+        return MXFP8 if not bool((mx.view(torch.uint8) == 255).any()) else BAD_SCALE
     return BAD_SCALE
 
 

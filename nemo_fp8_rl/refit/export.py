@@ -65,7 +65,7 @@ def export_checkpoint(
     """Write `named_tensors` (HF names) as an engine checkpoint per `plan` into `out_dir`.
 
     `config` is the model's HF `config.json` content; its `quantization_config` is replaced by
-    the plan's (removed for a BF16 plan) and `torch_dtype` set to bfloat16. Returns `out_dir`.
+    the plan's (removed for a BF16 plan) and `dtype` / `torch_dtype` set to bfloat16. Returns `out_dir`.
     """
     from safetensors.torch import save_file
 
@@ -93,9 +93,11 @@ def export_checkpoint(
 
 
 def engine_config(config: Mapping[str, Any], plan: RefitPlan) -> dict[str, Any]:
-    """The HF config the engine loads: `config` plus the plan's `quantization_config`."""
+    """The HF config the engine loads: `config` plus the plan's `quantization_config`, its dtype
+    bfloat16 under both names (`dtype` for transformers 5, `torch_dtype` before it): the tensors
+    that are not FP8 are BF16, and two names with two values would contradict each other."""
     result = {k: v for k, v in config.items() if k != "quantization_config"}
-    result["torch_dtype"] = "bfloat16"
+    result["dtype"] = result["torch_dtype"] = "bfloat16"
     quant = plan.quantization_config()
     if quant is not None:
         if quant["quant_method"] == "fp8":

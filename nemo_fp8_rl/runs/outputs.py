@@ -64,9 +64,9 @@ OUTPUT_ENTRIES = {
     "model": re.compile(
         r"config\.json|generation_config\.json|model[\w.-]*\.safetensors(\.index\.json)?"
         r"|tokenizer(_config)?\.json|special_tokens_map\.json|added_tokens\.json"
-        r"|vocab\.\w+|merges\.txt|chat_template\.\w+|\.model\.\w+"
+        r"|vocab\.\w+|merges\.txt|chat_template\.\w+|\.[\w.-]+\.tmp"
     ),
-    "nemo-inputs": re.compile(r"model|(train|validation)\.jsonl|\.[\w.-]+\.tmp"),
+    "nemo-inputs": re.compile(r"model|(train|validation)\.jsonl|\.[\w.-]+\.tmp|\.model\.[\w-]+"),
 }
 CHECKPOINT_MANIFEST = "manifest.json"  # the embedded engine's record of a checkpoint's files
 

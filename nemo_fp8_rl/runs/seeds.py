@@ -71,7 +71,7 @@ def parse_seeds(text: str) -> list[int]:
             high = parse_int(match.group(2)) if match.group(2) is not None else low
         except NumberTooLong as exc:
             raise SeedSpecError(
-                f"--seeds {shown(text)!r}", exc, "give seeds below 2**32, e.g. 1-5"
+                f"--seeds {shown(text)!r}", str(exc), "give seeds below 2**32, e.g. 1-5"
             ) from exc
         if low < 0 or high < low:
             raise SeedSpecError(

@@ -71,6 +71,9 @@ def check_job_id(job_id: str) -> str:
     return job_id
 
 
+MAX_TIMEOUT_S = 3600.0  # a Slurm client command that has not answered in an hour never will
+
+
 def command_timeout() -> float:
     """Seconds a Slurm client command may take to answer: `NEMO_FP8_RL_SLURM_TIMEOUT_S`, else 60
     (a controller that is down or overloaded otherwise blocks every command for good)."""
@@ -79,10 +82,10 @@ def command_timeout() -> float:
         value = float(text) if text else 60.0
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
+    if not (math.isfinite(value) and 0 < value <= MAX_TIMEOUT_S):
         raise SlurmError(
             f"NEMO_FP8_RL_SLURM_TIMEOUT_S={shown(text)!r}",
-            "not a finite number of seconds > 0",
+            f"not a finite number of seconds > 0 and at most {MAX_TIMEOUT_S:g}",
             "set it to e.g. 60, or unset it",
         )
     return value

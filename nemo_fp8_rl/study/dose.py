@@ -106,9 +106,10 @@ def finished(run_dir: Path) -> bool:
     return read_records(run_dir)[-1]["step"] == steps
 
 
-def pass_at_k_all(out: Path) -> int:
-    """`pass_at_k_run` for every finished run under `out` that has none yet; returns 0."""
-    for run_dir in sorted(out.glob("grpo-dose-*/seed-*")):
+def pass_at_k_all(out: Path, runs: str = "grpo-dose-*") -> int:
+    """`pass_at_k_run` for every finished run under `out/<runs>/` (a glob of run names) that
+    has none yet; returns 0."""
+    for run_dir in sorted(out.glob(f"{runs}/seed-*")):
         if (run_dir / "dose_passk.json").exists() or not finished(run_dir):
             continue
         res = pass_at_k_run(run_dir)
@@ -121,16 +122,17 @@ ARCHIVED = (
 )  # fmt: skip
 
 
-def archive(out: Path, dest: Path = ARCHIVE) -> list[Path]:
-    """Copy each finished run's metrics (gzip, mtime 0), pass@k and wall time to `dest`
-    (each file written atomically, never through a link: `safe_files.write_atomic`)."""
+def archive(out: Path, dest: Path = ARCHIVE, runs: str = "grpo-dose-*") -> list[Path]:
+    """Copy each finished run under `out/<runs>/` (a glob of run names): its metrics (gzip,
+    mtime 0), pass@k, wall time and provenance, to `dest` (each file written atomically, never
+    through a link: `safe_files.write_atomic`)."""
     import gzip
     import io
 
     from nemo_fp8_rl.config.safe_files import write_atomic
 
     written = []
-    for run_dir in sorted(out.glob("grpo-dose-*/seed-*")):
+    for run_dir in sorted(out.glob(f"{runs}/seed-*")):
         if not finished(run_dir) or not (run_dir / "dose_passk.json").exists():
             print(f"skipped  {run_dir.parent.name}/{run_dir.name} (unfinished or no pass@k)")
             continue

@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RECIPES = ROOT / "recipes" / "study" / "rescue"
 DOCS = ROOT / "docs" / "study" / "rescue"
 ARCHIVE = DOCS / "runs"
+PAGE = DOCS.parent / "rescue.md"
+BLOCK = ("<!-- rescue-tables:begin -->", "<!-- rescue-tables:end -->")
 # Keys that measure the machine, not the run: wall time, throughput, load, per-stage timing.
 TIMING_PREFIXES = ("timing/", "perf/", "throughput/", "system/")
 TIMING_KEYS = ("wall_seconds", "tokens_per_second", "step_seconds", "time")
@@ -97,3 +99,9 @@ def reproduce_differences(rerun: list[dict], archived: list[dict]) -> list[str]:
             elif not _same(new[key], old[key]):
                 diffs.append(f"step {step} {key}: {new[key]!r} != {old[key]!r}")
     return diffs
+
+
+def compared_values(records: list[dict]) -> int:
+    """How many values `reproduce_differences` compares in a run's records (non-timing values
+    of the metric records)."""
+    return sum(1 for r in records if "event" not in r for k in r if not _timing(k))

@@ -46,8 +46,8 @@ def bf16_generation_config(config: dict[str, Any]) -> dict[str, Any]:
     vllm["precision"] = "bfloat16"
     vllm["kv_cache_dtype"] = "auto"
     vllm["is_mx"] = False
-    if out.get("local"):
-        out["local"]["fp4"] = None
+    if out.get("local"):  # the 4-bit format off, with the variants that only it reads
+        out["local"].update(fp4=None, fp4_activation_scale="tensor", fp4_four_over_six=False)
     return out
 
 

@@ -20,7 +20,8 @@ from rich.console import RenderableType
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.text import Text
 
-from nemo_fp8_rl.config.safe_files import open_append, write_atomic
+from nemo_fp8_rl.config.safe_files import open_append
+from nemo_fp8_rl.runs.resume import keep_completed_rows
 
 HEADLINE = (
     ("reward", "train/reward", "{:.3f}"),
@@ -62,7 +63,7 @@ class MetricsLogger:
         MLflow: `nemo_fp8_rl.engines.local.backends`), each given every step's metrics."""
         self.sinks = list(sinks)
         self.path = run_dir / "metrics.jsonl"
-        _truncate_jsonl(self.path, completed_steps)
+        keep_completed_rows(self.path, completed_steps)
         self._file = open_append(self.path)  # never through a link planted in the run dir
         self._tb = None
         if tensorboard:
@@ -100,18 +101,6 @@ class MetricsLogger:
             self._tb.close()
         for sink in self.sinks:
             sink.close()
-
-
-def _truncate_jsonl(path: Path, completed_steps: int) -> None:
-    """Keep only the JSONL records with `0 < completed_steps` and `step <= completed_steps`."""
-    if not path.exists():
-        return
-    kept = [
-        line
-        for line in path.read_text(encoding="utf-8").splitlines()
-        if completed_steps and line.strip() and json.loads(line)["step"] <= completed_steps
-    ]
-    write_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 def read_metrics(run_dir: Path) -> list[dict]:

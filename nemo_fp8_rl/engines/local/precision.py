@@ -49,6 +49,7 @@ from nemo_fp8_rl.fp8.emulation import (
 from nemo_fp8_rl.fp8.fp4 import FP4Spec
 from nemo_fp8_rl.fp8.kv_cache import kv_states
 from nemo_fp8_rl.refit import RefitPlan
+from nemo_fp8_rl.refit.names import layer_index
 from nemo_fp8_rl.refit.plan import select_quantized
 
 Specs = tuple[QuantSpec, QuantSpec, QuantSpec | None]
@@ -70,11 +71,29 @@ def refit_scheme(cfg: dict[str, Any]) -> str | None:
     return "bf16" if receiver_quantizes(cfg) else None
 
 
-def _fp4_specs(kind: str, *, train: bool) -> Specs:
-    """(weight, activation, None): W4A4 with straight-through gradients (module doc)."""
-    if kind == "mxfp4":
+def _fp4_specs(cfg: dict[str, Any], *, train: bool) -> Specs:
+    """(weight, activation, None): W4A4 with straight-through gradients (module doc), with the
+    recipe's NVFP4 variants (`local.fp4_activation_scale`, `local.fp4_four_over_six`)."""
+    local = cfg.get("local") or {}
+    if local["fp4"] == "mxfp4":
         return FP4Spec("mxfp4", (1, 32)), FP4Spec("mxfp4", (1, 32)), None
-    return FP4Spec("nvfp4", (16, 16) if train else (1, 16)), FP4Spec("nvfp4", (1, 16)), None
+    four = bool(local.get("fp4_four_over_six"))
+    row = "row" if local.get("fp4_activation_scale", "tensor") == "token" else "tensor"
+    weight = FP4Spec("nvfp4", (16, 16) if train else (1, 16), four_over_six=four)
+    return weight, FP4Spec("nvfp4", (1, 16), global_scale=row, four_over_six=four), None
+
+
+def bf16_layers(cfg: dict[str, Any], num_layers: int) -> set[int]:
+    """Decoder layers the trainer keeps in BF16: Megatron-Core's `first_last_layers_bf16` with
+    `num_layers_at_start_in_bf16` / `num_layers_at_end_in_bf16` (each 1 when unset, as in
+    Megatron-Core's TransformerConfig), given as NeMo RL passes them, in
+    `policy.megatron_cfg.model_overrides`."""
+    over = cfg["policy"]["megatron_cfg"].get("model_overrides") or {}
+    if not over.get("first_last_layers_bf16"):
+        return set()
+    start = int(over.get("num_layers_at_start_in_bf16", 1))
+    end = int(over.get("num_layers_at_end_in_bf16", 1))
+    return set(range(min(start, num_layers))) | set(range(max(num_layers - end, 0), num_layers))
 
 
 def _train_specs(cfg: dict[str, Any]) -> Specs:
@@ -108,24 +127,29 @@ class TrainingPrecision:
     quantized: bool
     specs: Specs | None
     kv_fp8: bool
+    bf16_layers: frozenset[int] = frozenset()
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> TrainingPrecision:
-        """Read `policy.megatron_cfg.fp8_cfg`, `local.fp4` and `vllm_cfg.kv_cache_dtype`."""
+        """Read `policy.megatron_cfg.fp8_cfg` (and `model_overrides`' BF16 layers), `local.fp4`
+        and `vllm_cfg.kv_cache_dtype`."""
         kv = cfg["policy"]["generation"]["vllm_cfg"].get("kv_cache_dtype") == "fp8"
+        layers = frozenset(bf16_layers(cfg, (cfg.get("local") or {})["model"]["num_layers"]))
         if fp4_kind(cfg):
-            return cls(quantized=True, specs=_fp4_specs(fp4_kind(cfg), train=True), kv_fp8=kv)
+            specs = _fp4_specs(cfg, train=True)
+            return cls(quantized=True, specs=specs, kv_fp8=kv, bf16_layers=layers)
         enabled = bool(cfg["policy"]["megatron_cfg"]["fp8_cfg"].get("enabled"))
-        return cls(quantized=enabled, specs=_train_specs(cfg) if enabled else None, kv_fp8=kv)
+        specs = _train_specs(cfg) if enabled else None
+        return cls(quantized=enabled, specs=specs, kv_fp8=kv, bf16_layers=layers)
 
     def apply(self, model: nn.Module) -> None:
         """Convert the decoder Linears in place (BF16 rounding always; FP8 when enabled)."""
         w, a, g = self.specs or (FP8Spec(), FP8Spec("e4m3", "rowwise"), None)
         convert_to_fp8_emulation(model, weight_spec=w, act_spec=a, grad_spec=g, bf16=True)
-        if not self.quantized:
-            for mod in model.modules():
-                if isinstance(mod, FP8EmulatedLinear):
-                    mod.fp8_enabled = False
+        for fqn, mod in model.named_modules():
+            kept = not self.quantized or layer_index(f"{fqn}.weight") in self.bf16_layers
+            if isinstance(mod, FP8EmulatedLinear) and kept:
+                mod.fp8_enabled = False
         if self.kv_fp8:  # K/V amax bookkeeping only: training attention stays BF16
             enable_fp8_kv_cache_emulation(model)
             for state in kv_states(model):
@@ -183,7 +207,7 @@ class RolloutPrecision:
         plan = RefitPlan.from_config(cfg, names, target="module", scheme=refit_scheme(cfg))
         if receiver_quantizes(cfg):
             kind = fp4_kind(cfg)
-            w, a, _ = _fp4_specs(kind, train=False) if kind else (FP8Spec.preset("mxfp8"),) * 3
+            w, a, _ = _fp4_specs(cfg, train=False) if kind else (FP8Spec.preset("mxfp8"),) * 3
             chosen, _ = select_quantized(names, vllm)
             return cls(plan, w, a, frozenset(chosen), kv)
         if plan.spec is None:

@@ -22,7 +22,7 @@ import torch
 
 from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.project import LocalConfig
-from nemo_fp8_rl.engines.local import bf16_scoring, precision
+from nemo_fp8_rl.engines.local import bf16_scoring, faults, precision
 from nemo_fp8_rl.engines.local import checkpoint as ckpt
 from nemo_fp8_rl.engines.local.actors import make_actors
 from nemo_fp8_rl.engines.local.advantages import grpo_advantages
@@ -224,6 +224,15 @@ class Loop:
             logger.close()
 
 
+# environment.json's `generator` of an embedded run: its own rollout actor, never vLLM
+GENERATOR = {
+    "backend": "embedded",
+    "version": None,
+    "build": "cpu",
+    "reason": "the embedded engine's rollout actor (transformers; FP8 emulated by quantize-dequantize)",
+}
+
+
 def say(line: str) -> None:
     """A line on stdout at once (so that a start-up of a minute is never silent)."""
     print(line, flush=True)
@@ -295,6 +304,7 @@ def _run_locked(
             "num_threads": local.num_threads,
             "warmup": model_info,
             "resume": resume,
+            "generator": GENERATOR,
             "seconds": {
                 "ray_start": t_ray - t0,
                 "model_and_warmup": t_model - t_ray,
@@ -307,6 +317,11 @@ def _run_locked(
         loop.run(resume_from=resume_from, progress=progress and local.progress)
         extra["seconds"]["total"] = time.perf_counter() - t0
         rundir.write_environment(run_dir, "local", extra)
+    except Exception as exc:
+        fault = faults.located(exc, recipe)  # an actor died or raised: located, resumable
+        if fault is None:
+            raise
+        raise fault from exc
     finally:
         if started:
             ray.shutdown()

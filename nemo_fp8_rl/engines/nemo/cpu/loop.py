@@ -162,6 +162,7 @@ class CpuLoop:
     def __init__(self, resume: bool = False) -> None:
         self.resume = resume
         self.real_vllm = False  # decided with the hand-off (`generation_choice`)
+        self.reason = "not decided yet (before the hand-off)"
 
     def problems(self, config: dict[str, Any]) -> list[str]:
         """What stops the recipe on the CPU loop (`check_cpu_recipe`)."""
@@ -177,9 +178,16 @@ class CpuLoop:
         """The hand-off with the CPU loop's values and the inputs written into `run_dir`."""
         from nemo_fp8_rl.tiny import handover
 
-        self.real_vllm = generation_choice(config).real_vllm
+        choice = generation_choice(config)
+        self.real_vllm, self.reason = choice.real_vllm, choice.reason
         inputs = handover.prepare(config, run_dir, resume=self.resume)
         return cpu_config(config, inputs, self.real_vllm)
+
+    def served(self) -> dict[str, Any]:
+        """The generator that serves this run's rollouts (`vllm_choice.served_record`)."""
+        from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import served_record
+
+        return served_record(self.real_vllm, self.reason, "cpu")
 
     def start_ray(self, config: dict[str, Any]) -> None:
         """A local Ray with the recipe's logical GPUs and the CPU workers registered."""

@@ -127,3 +127,15 @@ def choose(config: dict[str, Any], flags: set[str] | None = None) -> GenerationC
             f"unset {VARIABLE} to fall back to the stand-in generation worker",
         )
     return GenerationChoice(False, f"the stand-in generation worker: {why_not}")
+
+
+def served_record(real_vllm: bool, reason: str, build: str) -> dict[str, Any]:
+    """`environment.json`'s `generator`: `backend` vllm or stand-in, vLLM's `version` (None for
+    the stand-in), the `build` (gpu, cpu) and the `reason` line the run printed; `compare`
+    refuses a precision verdict between runs whose generators differ (`analysis.fairness`)."""
+    return {
+        "backend": "vllm" if real_vllm else "stand-in",
+        "version": vllm_version() if real_vllm else None,
+        "build": build,
+        "reason": reason,
+    }

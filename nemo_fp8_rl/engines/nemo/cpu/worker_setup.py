@@ -10,12 +10,15 @@ megatron-bridge hooks them for NeMo RL.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from typing import Any
 
 import torch
 
+from nemo_fp8_rl.config.temp_files import PREFIX, sweep
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.nemo.cpu import cuda_shim, fp8_linear
 from nemo_fp8_rl.engines.nemo.cpu import megatron_model as mm
@@ -47,7 +50,9 @@ def init_distributed() -> None:
         if "MASTER_ADDR" in os.environ and "WORLD_SIZE" in os.environ:
             torch.distributed.init_process_group("gloo")
         else:
-            store = tempfile.mkdtemp(prefix="nemo-fp8-rl-pg-")
+            sweep("pg")  # what a killed worker left
+            store = tempfile.mkdtemp(prefix=f"{PREFIX}pg-{os.getpid()}-")
+            atexit.register(shutil.rmtree, store, True)  # the group lives as long as the process
             torch.distributed.init_process_group(
                 "gloo", init_method=f"file://{store}/pg", world_size=1, rank=0
             )

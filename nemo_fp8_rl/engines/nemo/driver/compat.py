@@ -24,10 +24,11 @@ from pathlib import Path
 
 SUPPORTED = "NeMo RL v0.7.0 and later (tested against v0.7.0's interfaces and main at 7ea279a)"
 INSTALL_HINT = (
-    "use a NeMo RL environment: clone NVIDIA-NeMo/RL (v0.7.0 or later) with --recursive and set "
-    "it up with uv (or use NVIDIA's nemo-rl container), put this repository on PYTHONPATH "
-    "(export PYTHONPATH=/path/to/nemo-fp8-rl), and run from the NeMo RL folder with "
-    "`uv run python -m nemo_fp8_rl.train ...`; see docs/cluster.md"
+    "run it in NeMo RL's environment: on this machine (CPU), `bash scripts/nemo-rl-env.sh "
+    "<NeMo RL tree> -- python -m nemo_fp8_rl.train ...` builds it once from a NeMo RL source tree "
+    "(git clone -b v0.7.0 https://github.com/NVIDIA-NeMo/RL.git ../nemo-rl, or offline an "
+    "unpacked ../shared/vendor/nemo-rl-*.tar.gz); on a cluster, NVIDIA's nemo-rl container or a "
+    "NeMo RL checkout set up with uv, with this repository on PYTHONPATH; see docs/cluster.md"
 )
 
 

@@ -30,7 +30,7 @@ class HandoffError(ProblemsError, ValueError):
     """The hand-off config is not accepted by NeMo RL; the message lists each key and the fix."""
 
     code = USAGE
-    limit = None
+    limit = 50  # listed; the rest counted
 
 
 def to_nemo_config(recipe: Recipe) -> dict[str, Any]:

@@ -2,12 +2,22 @@
 
 NeMo RL logs through `Logger.log_metrics(metrics, step, prefix)` to TensorBoard / W&B /
 MLflow with names `<prefix>/<key>` (`train/loss`, `timing/train/policy_training`, ...). The
-project's run directory keeps the same names in `metrics.jsonl` (one JSON object per call:
-`{"step": k, "<prefix>/<key>": value, ...}`; several lines may share a step), so `compare`
-and `report` read a NeMo RL run like an embedded one. Only numeric scalars go to the file;
-everything still goes to NeMo RL's own backends unchanged. Each step's `train/*` line also
-carries the machine's 1-minute load average (`system/load_average_1min`, as the embedded engine
-records it), so a step's time can be read against the load it ran under.
+project's run directory keeps the same names in `metrics.jsonl`, one JSON object per completed
+step (`{"step": k, "<prefix>/<key>": value, ...}`, the step's calls merged, a later call's value
+winning), as the embedded engine writes it, so `compare` and `report` read a NeMo RL run like an
+embedded one. Only numeric scalars go to the file; everything still goes to NeMo RL's own
+backends unchanged, at once. A step with `train/*` metrics also carries the machine's 1-minute
+load average (`system/load_average_1min`, as the embedded engine records it), so a step's time
+can be read against the load it ran under.
+
+A step's row is written when NeMo RL says the step is finished (`step_finished=True`, its last
+call of a step, in `grpo_train` and `async_grpo_train` of both pinned versions), when a later
+step's first call comes (step 0's validation and set-up timings have no finishing call), or by
+`finish()` once the loop returned. NeMo RL logs a step's rollout metrics as `train/*` before the
+step trains; a run killed inside the step therefore leaves no row of it, where a row per call
+would leave that partial row, and a resume (which trains the step again) would add a second
+one. A resumed run first drops the rows after its checkpoint's step
+(`runs.resume.keep_completed_rows`): those steps are trained again.
 """
 
 from __future__ import annotations
@@ -69,13 +79,17 @@ def health_monitor(config: dict[str, Any], path: Path) -> Any:
 
 
 class MetricsTee:
-    """Wraps NeMo RL's `Logger`: every `log_metrics` call also appends a line to `path`; with a
-    `monitor` (`guards.health.HealthMonitor`) each health event is printed and recorded too."""
+    """Wraps NeMo RL's `Logger`: every `log_metrics` call goes to it at once and into the
+    current step's row of `path`, written when the step completes (module docstring); with a
+    `monitor` (`guards.health.HealthMonitor`) each health event is printed and recorded after
+    its step's row."""
 
     def __init__(self, logger: Any, path: Path, monitor: Any = None) -> None:
         self._logger = logger
         self.path = path
         self._monitor = monitor
+        self._step: int | None = None
+        self._row: dict[str, float] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
 
     def __getattr__(self, name: str) -> Any:
@@ -86,16 +100,28 @@ class MetricsTee:
     def log_metrics(
         self, metrics: dict[str, Any], step: int, prefix: str | None = "", *args: Any, **kwargs: Any
     ) -> None:
-        """NeMo RL's `log_metrics`, then the numeric scalars as one JSON line."""
+        """NeMo RL's `log_metrics`, then the numeric scalars into the step's row; the row is
+        written when this call finishes the step (`step_finished`)."""
         self._logger.log_metrics(metrics, step, prefix, *args, **kwargs)
-        row = flatten_metrics(metrics, prefix)
-        if not row:
+        finished = bool(kwargs.get("step_finished") or (len(args) > 1 and args[1]))
+        if self._step is not None and int(step) != self._step:
+            self.finish()  # a new step began: the previous one is complete
+        self._step = int(step)
+        self._row.update(flatten_metrics(metrics, prefix))
+        if finished:
+            self.finish()
+
+    def finish(self) -> None:
+        """Write the pending step's row (and its health events); nothing when none is pending."""
+        step, row = self._step, self._row
+        self._step, self._row = None, {}
+        if step is None or not row:
             return
-        if prefix == "train":
+        if any(name.startswith("train/") for name in row):
             row[LOAD_AVERAGE] = os.getloadavg()[0]
-        events = [] if self._monitor is None else self._monitor.observe(int(step), row)
+        events = [] if self._monitor is None else self._monitor.observe(step, row)
         with open_append(self.path) as fh:  # never through a link in the run dir
-            fh.write(json.dumps({"step": int(step), **row}) + "\n")
+            fh.write(json.dumps({"step": step, **row}) + "\n")
             for event in events:
                 fh.write(json.dumps(event.record()) + "\n")
         for event in events:

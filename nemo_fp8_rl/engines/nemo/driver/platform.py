@@ -49,6 +49,8 @@ class Platform(Protocol):
 
     def generation_workers(self, quantize_on: str) -> contextlib.AbstractContextManager[Any]: ...
 
+    def served(self) -> dict[str, Any]: ...
+
 
 class GpuCluster:
     """NeMo RL on a GPU cluster: its own Ray start, the hand-off as it is, and the project's
@@ -83,6 +85,12 @@ class GpuCluster:
     def generation_workers(self, quantize_on: str) -> contextlib.AbstractContextManager[Any]:
         """With `trainer`, `VllmGeneration` starts the project's vLLM worker."""
         return trainer_generation_worker(quantize_on)
+
+    def served(self) -> dict[str, Any]:
+        """NeMo RL's vLLM workers, at the vLLM version installed in the job's environment."""
+        from nemo_fp8_rl.engines.nemo.cpu.vllm_choice import served_record
+
+        return served_record(True, "NeMo RL's vLLM worker on the GPU cluster", "gpu")
 
 
 def platform_for(config: dict[str, Any], resume: bool = False) -> Platform:

@@ -55,6 +55,7 @@ from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN 
 from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
 from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
 from nemo_fp8_rl.runs import lock, outputs, rundir
+from nemo_fp8_rl.runs.resume import keep_completed_rows, train_command
 
 
 def _refuse_mx_problems(recipe: Recipe, info: compat.NemoRLInfo) -> None:
@@ -105,13 +106,23 @@ def write_environment(
     info: compat.NemoRLInfo,
     where: str,
     seconds: dict[str, float] | None = None,
+    served: dict[str, Any] | None = None,
 ) -> None:
     """environment.json: versions, host, engine, where the run was placed (`where`: `cpu` for
-    NeMo RL's loop on this machine, `gpu`), which NeMo RL ran, and (once known) the seconds
-    of each stage of the run (`seconds`: the hand-off (on the CPU loop: the model and its
-    warm-up), Ray's start, tokenizer and data, NeMo RL's setup and training, total), as the
-    embedded engine records them."""
-    extra: dict[str, Any] = {"nemo_rl": info.version, "nemo_rl_location": info.location}
+    NeMo RL's loop on this machine, `gpu`), which NeMo RL ran (version, folder, and its
+    tree's commit and source digest, `served_by.tree_revision`), which generator served
+    (`served`, once the hand-off decided it), and (once known) the seconds of each stage of
+    the run (`seconds`: the hand-off (on the CPU loop: the model and its warm-up), Ray's start,
+    tokenizer and data, NeMo RL's setup and training, total), as the embedded engine records them."""
+    from nemo_fp8_rl.engines.nemo.driver.served_by import tree_revision
+
+    extra: dict[str, Any] = {
+        "nemo_rl": info.version,
+        "nemo_rl_location": info.location,
+        "nemo_rl_tree": tree_revision(info.location),
+    }
+    if served is not None:
+        extra["generator"] = served
     if seconds is not None:
         extra["seconds"] = seconds
     rundir.write_environment(run_dir, "nemo", extra, placement=where)
@@ -177,6 +188,12 @@ def _clear_outputs(recipe: Recipe, ckpt: Path, existing: list[Path]) -> None:
         print(f"note: {recipe.run_dir}: {outputs.kept_note(kept)}", file=sys.stderr)
 
 
+def checkpoint_step(path: str | Path | None) -> int:
+    """The step of NeMo RL's checkpoint folder `step_<N>` (0: none, the run starts over)."""
+    name = Path(path).name if path else ""
+    return int(name[5:]) if name.startswith("step_") and name[5:].isdigit() else 0
+
+
 def _total_steps(state: Any) -> int:
     """NeMo RL's saved step count (a dataclass at 7ea279a, a TypedDict in v0.7.0)."""
     if isinstance(state, dict):
@@ -225,7 +242,7 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
 
 
 @contextlib.contextmanager
-def _located_faults(recipe: Recipe, run_dir: Path) -> Iterator[None]:
+def _located_faults(recipe: Recipe) -> Iterator[None]:
     """A worker's death or exception inside NeMo RL as one located error (`worker_faults`)."""
     try:
         yield
@@ -234,7 +251,8 @@ def _located_faults(recipe: Recipe, run_dir: Path) -> Iterator[None]:
             exc,
             recipe.name,
             recipe.config["checkpointing"]["checkpoint_dir"],
-            f"nemo_fp8_rl.train --recipe {recipe.path} --engine nemo --run-dir {run_dir} --resume",
+            train_command(recipe, "nemo"),
+            train_command(recipe, "nemo", "--overwrite"),
         )
         if fault is None:
             raise
@@ -249,7 +267,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     calibrated = bool(recipe.config["loss_fn"].get("calibration", {}).get("enabled"))
     quantize_on = recipe.config.get("refit", {}).get("quantize_on", "generator")
     dataset, val_dataset, task_to_env, val_task_to_env = prepared.data
-    with platform.generation_workers(quantize_on), _located_faults(recipe, run_dir):
+    with platform.generation_workers(quantize_on), _located_faults(recipe):
         setup = grpo.setup(
             prepared.master_config,
             prepared.tokenizer,
@@ -271,16 +289,18 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
         master_config,
         *_rest,
     ) = setup
-    loss_fn = build_loss(recipe, checkpointer.get_latest_checkpoint_path())
+    latest = checkpointer.get_latest_checkpoint_path()
+    loss_fn = build_loss(recipe, latest)
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     jsonl = run_dir / "metrics.jsonl"
+    keep_completed_rows(jsonl, checkpoint_step(latest))  # the steps after it train again
     logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
     # the vLLM config NeMo RL runs with: the platform's hand-off may keep more layers BF16
     # (the CPU loop on real vLLM: the fused parts that are not whole FP8 blocks)
     vllm_cfg = prepared.master_config.policy["generation"]["vllm_cfg"]
     try:
         with (
-            _located_faults(recipe, run_dir),
+            _located_faults(recipe),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
             served_guard(grpo, vllm_cfg, policy_generation),
         ):
@@ -298,6 +318,7 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
                 grpo_state,
                 master_config,
             )
+        logger.finish()  # a row logged after the last finished step
     finally:
         shutdown = getattr(grpo, "shutdown_environments", None)
         if shutdown is not None:
@@ -337,11 +358,12 @@ def run(
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
         t0 = time.perf_counter()
         prepared = _prepare_nemo(recipe, platform)
+        write_environment(run_dir, info, placement(recipe.config), served=platform.served())
         t_prepared = time.perf_counter()
         _train(recipe, run_dir, prepared, platform)
         end = time.perf_counter()
         seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
-        write_environment(run_dir, info, placement(recipe.config), seconds)
+        write_environment(run_dir, info, placement(recipe.config), seconds, platform.served())
     finally:
         platform.stop_ray()
         lock.release(locked)

@@ -62,18 +62,20 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
 
 
 def located(
-    exc: BaseException, run_name: str, checkpoint_dir: str, resume: str
+    exc: BaseException, run_name: str, checkpoint_dir: str, resume: str, start: str
 ) -> UserError | None:
-    """The located error for a worker fault (None: `exc` is not one, re-raise it as is)."""
+    """The located error for a worker fault (None: `exc` is not one, re-raise it as is).
+    `resume` and `start` are the run's own command line (`runs.resume.train_command`) with
+    `--resume` and with `--overwrite`."""
     found = _reason(exc)
     if found is None:
         return None
     worker, reason = found
     kept = latest_checkpoint(checkpoint_dir)
     if kept is None:
-        fix = f"nothing was checkpointed yet; fix the cause and start again ({resume.split(' --resume')[0]})"
+        fix = f"nothing was checkpointed yet; fix the cause and start again with `{start}`"
     else:
-        fix = f"the checkpoint {kept} is complete; fix the cause and resume with: {resume}"
+        fix = f"the checkpoint {kept} is complete; fix the cause and resume with `{resume}`"
     return UserError(f"{run_name}: {worker}", f"NeMo RL's loop stopped: {reason}", fix)
 
 

@@ -31,13 +31,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.temp_files import temporary_folder
 from nemo_fp8_rl.engines.nemo.preflight import recorders as rec
 from nemo_fp8_rl.engines.nemo.preflight.located import (
     LocatedError,
@@ -350,7 +350,7 @@ def _preflight(recipe: Recipe) -> PreflightResult:
     config, not_run, result = copy.deepcopy(recipe.config), [], None
     errors = _mx_findings(config, tree)
     rounds = 0
-    with tempfile.TemporaryDirectory(prefix="nemo-fp8-rl-preflight-") as tmp:
+    with temporary_folder("preflight") as tmp:
         for rounds in range(1, MAX_ROUNDS + 1):
             work = Path(tmp) / f"r{rounds}"
             not_run = []

@@ -175,6 +175,8 @@ def locate(exc: BaseException, roots: dict[str, Any]) -> LocatedError | None:
         )
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     source = linecache.getline(frame.f_code.co_filename, line).strip()
+    if own_bug(exc, tb):
+        return _own_bug(exc, text, frame, line, file, roots)
     key = statement_key(frame, line, roots)
     return LocatedError(
         key=key,
@@ -183,6 +185,75 @@ def locate(exc: BaseException, roots: dict[str, Any]) -> LocatedError | None:
         message=f"{type(exc).__name__}: {text}"[:400],
         fix=(f"set `{key}` so that " if key else "change the recipe so that ")
         + f"NeMo RL's `{source[:120]}` holds",
+    )
+
+
+# Errors of the code itself (a call with the wrong arguments, a missing attribute or name) raised
+# by NeMo RL's own statement: NeMo RL's bug, whatever the config, not the recipe's.
+OWN_BUG_TYPES = (TypeError, AttributeError, NameError)
+
+
+def own_bug(exc: BaseException, tb: TracebackType) -> bool:
+    """Whether `exc` is NeMo RL's own bug: raised in NeMo RL's frame `tb` itself (not deeper in
+    another library), a call with the wrong arguments (`list.append(a, b, c)`), a missing name,
+    or a missing attribute of something other than None (None: a key the recipe left null)."""
+    if tb.tb_next is not None or not isinstance(exc, OWN_BUG_TYPES):
+        return False
+    if isinstance(exc, AttributeError):  # None.x: a key the recipe set to null
+        return "NoneType" not in str(exc)
+    return isinstance(exc, NameError) or "argument" in str(exc)
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in name.lower().replace(".", "_").split("_") if len(w) > 2}
+
+
+def branch_key(frame: FrameType, line: int, roots: dict[str, Any]) -> str | None:
+    """The config key most likely to have led NeMo RL to `line`: of the names tested by the `if`
+    statements around it (`if cfg.use_activation_pow2_scale:`), the true leaf of `roots` sharing
+    the most words (at least two) with one of them (`pow2_activation_scaling_factors`)."""
+    try:
+        tree = ast.parse("".join(linecache.getlines(frame.f_code.co_filename)))
+    except SyntaxError:
+        return None
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and node.lineno < line <= (node.end_lineno or 0):
+            names |= {
+                n.attr if isinstance(n, ast.Attribute) else n.id
+                for n in ast.walk(node.test)
+                if isinstance(n, ast.Attribute | ast.Name)
+            }
+    best, score = None, 1
+    for root, tree_ in roots.items():
+        for path, node in tree_paths(tree_, root):
+            if not isinstance(node, dict):
+                continue
+            for key, value in node.items():
+                if value is True:
+                    shared = max((len(_words(str(key)) & _words(n)) for n in names), default=0)
+                    if shared > score:
+                        best, score = f"{path}.{key}", shared
+    return best
+
+
+def _own_bug(
+    exc: BaseException, text: str, frame: FrameType, line: int, file: str, roots: dict[str, Any]
+) -> LocatedError:
+    """NeMo RL's own bug at `file:line`, with the key that led there when one is found."""
+    key = branch_key(frame, line, roots)
+    reached = f", reached with `{key}: true`" if key else ""
+    return LocatedError(
+        key=key,
+        file=file,
+        line=line,
+        message=f"NeMo RL's own bug, not the recipe's ({type(exc).__name__}: {text}){reached}"[
+            :400
+        ],
+        fix=(
+            "use a NeMo RL tree where this line is fixed (e.g. a newer NeMo RL)"
+            + (f", or set `{key}: false` if the run can do without it" if key else "")
+        ),
     )
 
 

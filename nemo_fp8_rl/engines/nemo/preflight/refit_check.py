@@ -5,7 +5,9 @@ worker plans do not match what vLLM holds in FP8 (`vllm_refit.check_refit_info`)
 finds that first, on CPU:
 
 1. the export: the HF weight names and shapes of the recipe's model, from its shipped
-   `config.json` (a transformers model built on the meta device, no weights);
+   `config.json`: for a MoE model trained by Megatron, Megatron-Bridge's names (per expert for
+   Qwen3-MoE and DeepSeek-V3, `guards.grouped_experts`), else a transformers model built on the
+   meta device, no weights;
 2. the metadata step: `trainer_refit.plan_layout` + `shape_only`, the code the worker's
    `prepare_refit_info` runs, under the recipe's `policy.generation.vllm_cfg`;
 3. vLLM's FP8 list: the linear and expert weights (the project's layout with no layer kept in
@@ -43,8 +45,21 @@ FP8_FILE = "nemo_rl/models/generation/vllm/quantization/fp8.py"
 DECIDES = "def _is_fp8_weight"
 
 
-def export_shapes(hf_config: Mapping[str, Any]) -> list[tuple[str, torch.Tensor]]:
-    """(HF name, meta tensor) of every weight of the model `hf_config` describes, in BF16."""
+def export_shapes(
+    hf_config: Mapping[str, Any], megatron: bool = True
+) -> list[tuple[str, torch.Tensor]]:
+    """(HF name, meta tensor) of every weight the trainer's refit exports, in BF16: for a MoE
+    model the Megatron worker sends what Megatron-Bridge's bridge names, per expert for the
+    families `hf_shapes` covers (`guards.grouped_experts.bridge_exports_grouped`), not the
+    grouped slabs transformers 5 holds; else the transformers model's own parameter names."""
+    from nemo_fp8_rl.guards.grouped_experts import has_experts, trainer_sends_grouped
+    from nemo_fp8_rl.refit.hf_shapes import hf_weight_shapes
+
+    if has_experts(hf_config) and not trainer_sends_grouped(hf_config, megatron):
+        return [
+            (n, torch.empty(shape, dtype=torch.bfloat16, device="meta"))
+            for n, shape in hf_weight_shapes(hf_config)
+        ]
     from transformers import AutoConfig, AutoModelForCausalLM
 
     config = AutoConfig.for_model(**dict(hf_config))
@@ -117,7 +132,8 @@ def refit_findings(
         return []
     fix = f"set {KEY}: generator, or align policy.generation.vllm_cfg with the model"
     qcfg = (llm_kwargs.get("hf_overrides") or {}).get("quantization_config") or {}
-    export = export_shapes(hf_config)
+    megatron = bool(((config.get("policy") or {}).get("megatron_cfg") or {}).get("enabled"))
+    export = export_shapes(hf_config, megatron)
     num_layers = int(hf_config["num_hidden_layers"])
     try:
         rules = rules_for_worker(config["policy"], num_layers)

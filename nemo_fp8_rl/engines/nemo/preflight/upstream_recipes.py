@@ -131,7 +131,92 @@ _MOONLIGHT = {
     "logger.tensorboard_enabled": "TensorBoard on: the project's compare and report read it",
 }
 
+_FULL_FP8 = (
+    "FP8 training too (full-pipeline FP8, the project's subject: the fp8-blockwise overlay, the FP8 "
+    "keys of NeMo RL's grpo_math_8B_megatron_fp8.yaml); NeMo RL's file trains in BF16 under its "
+    "FP8 generation"
+)
+_PRECISION_AWARE = (
+    "off with FP8 training, as NeMo RL's FP8-training recipes set it (grpo_math_8B_megatron_fp8.yaml, "
+    "grpo-qwen3-8b-base-1n8g-fp8-kvcache-megatron.yaml: use_precision_aware_optimizer: false); "
+    "NeMo RL's file, training in BF16, keeps it on"
+)
+_DENSE = (
+    "off (the project's base): a Mixture-of-Experts setting, and the model has no experts, so no "
+    "value changes"
+)
+_GROUP = (
+    "16 samples per prompt, the project's base group size in every GPU recipe (BF16/FP8 pairs and "
+    "models compared at one group size); NeMo RL's 32 doubles the samples generated per step"
+)
+_LLAMA_SYNC = {
+    "grpo.num_generations_per_prompt": _GROUP,
+    "policy.train_global_batch_size": (
+        "four optimiser steps per rollout batch (32 prompts x 16 samples / 128; NeMo RL: 32 x 32 / "
+        "512, two), so that the PPO ratio can leave 1 and clipping, and its calibration, can act "
+        "(config/rules.py calibration_requirements)"
+    ),
+    "policy.megatron_cfg.moe_permute_fusion": _DENSE,
+    "policy.megatron_cfg.optimizer.use_precision_aware_optimizer": _PRECISION_AWARE,
+    "policy.megatron_cfg.fp8_cfg.enabled": _FULL_FP8,
+    "policy.generation.vllm_cfg.gpu_memory_utilization": (
+        "0.4 of the BF16 sibling (an FP8 recipe keeps its sibling's value so that the pair differs "
+        "only in precision, configs/precision/fp8-blockwise.yaml); the KV cache is sized by the "
+        "kv_cache_memory_bytes pin, which takes precedence"
+    ),
+    "logger.wandb_enabled": _WANDB,
+}
+_LLAMA_SYNC_OLDER = {
+    "policy.generation.vllm_kwargs.kv_cache_memory_bytes": (
+        "20 GiB of KV cache as NeMo RL main's file sets it (v0.7.0's sets none; the recipe's comment "
+        "says why one recipe serves both)"
+    )
+}
+_QWEN_SYNC = {
+    "grpo.max_num_steps": "500 steps, a finite run, where NeMo RL's file runs until stopped",
+    "checkpointing.enabled": (
+        "on: --resume, eval and refit export read the run's checkpoints; NeMo RL's file saves none"
+    ),
+    "logger.tensorboard_enabled": "TensorBoard on: the project's compare and report read it",
+    "policy.train_global_batch_size": _STEPS,
+    "policy.megatron_cfg.moe_permute_fusion": _DENSE,
+    "policy.megatron_cfg.defer_fp32_logits": (
+        "on, the project's base for every Megatron recipe (NeMo RL's Llama 3.1 8B FP8-rollout "
+        "recipe sets the same): the model returns its logits without Megatron's FP32 cast "
+        "(fp32_output off) and NeMo RL casts them where it computes the log-probabilities"
+    ),
+    "policy.megatron_cfg.scheduler.lr_decay_iters": (
+        "1000 of the project's base for NeMo RL's null: read by a decaying schedule only, and "
+        "lr_decay_style is constant in both, so the learning rate after warm-up is the same"
+    ),
+    "policy.megatron_cfg.fp8_cfg.enabled": _FULL_FP8,
+    "policy.generation.vllm_kwargs.kv_cache_memory_bytes": (
+        "the KV cache pinned to 20 GiB (configs/vllm/kv-cache-20gib.yaml), as NeMo RL pins it in "
+        "its Llama and Moonlight FP8 recipes since PR #3280 (vLLM 0.25 sizes a colocated KV cache "
+        "up to 1.7x larger at the same gpu_memory_utilization); NeMo RL's Qwen3 file sets none"
+    ),
+}
+_BF16_KV = (
+    "BF16 KV cache: this variant is the FP8 weights-and-activations recipe; NeMo RL's FP8 KV cache "
+    "is the -fp8-kvcache variant's"
+)
+_LLAMA_FILE = "grpo-llama3.1-8b-instruct-1n8g-megatron-fp8-rollouts.v3.yaml"
+_QWEN_FILE = "grpo-qwen3-8b-base-1n8g-fp8-kvcache-megatron.yaml"
+
 FOLLOWS: dict[str, Follows] = {
+    "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g-fp8": Follows(
+        _LLAMA_FILE, _LLAMA_SYNC, _LLAMA_SYNC_OLDER
+    ),
+    "llama3.1-8b-instruct/grpo-llama3.1-8b-instruct-1n8g-fp8-uncalibrated": Follows(
+        _LLAMA_FILE, _LLAMA_SYNC, _LLAMA_SYNC_OLDER
+    ),
+    "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8": Follows(
+        _QWEN_FILE, {**_QWEN_SYNC, "policy.generation.vllm_cfg.kv_cache_dtype": _BF16_KV}
+    ),
+    "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8-uncalibrated": Follows(
+        _QWEN_FILE, {**_QWEN_SYNC, "policy.generation.vllm_cfg.kv_cache_dtype": _BF16_KV}
+    ),
+    "qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8-kvcache": Follows(_QWEN_FILE, _QWEN_SYNC),
     "deepseek-v3/grpo-deepseek-v3-32n8g-bf16": Follows(
         "performance/grpo-deepseek-v3-32n8g.yaml",
         {
