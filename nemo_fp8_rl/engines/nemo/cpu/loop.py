@@ -154,12 +154,14 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
 class CpuLoop:
     """NeMo RL's loop on this CPU machine, as the runner's platform (`driver.platform`).
 
-    The model and data the run trains on are the tiny kit's hand-over (`tiny.handover.prepare`,
+    The model and data the run trains on are the tiny kit's hand-over (`tiny.handover.prepare`
+    of the recipe's whole config `recipe_config`, whose `local` section the hand-off leaves out;
     written into the run directory with the hand-off; `resume`: a resumed run, whose training
     prompt file must keep its size).
     """
 
-    def __init__(self, resume: bool = False) -> None:
+    def __init__(self, recipe_config: dict[str, Any], resume: bool = False) -> None:
+        self.recipe_config = recipe_config
         self.resume = resume
         self.real_vllm = False  # decided with the hand-off (`generation_choice`)
         self.reason = "not decided yet (before the hand-off)"
@@ -180,7 +182,7 @@ class CpuLoop:
 
         choice = generation_choice(config)
         self.real_vllm, self.reason = choice.real_vllm, choice.reason
-        inputs = handover.prepare(config, run_dir, resume=self.resume)
+        inputs = handover.prepare(self.recipe_config, run_dir, resume=self.resume)
         return cpu_config(config, inputs, self.real_vllm)
 
     def served(self) -> dict[str, Any]:

@@ -101,4 +101,4 @@ def platform_for(config: dict[str, Any], resume: bool = False) -> Platform:
         return GpuCluster()
     from nemo_fp8_rl.engines.nemo.cpu.loop import CpuLoop
 
-    return CpuLoop(resume)
+    return CpuLoop(config, resume)
