@@ -5,6 +5,7 @@ say whether anything could run, and the habits of NeMo RL, torchtune and TRL use
 from __future__ import annotations
 
 import importlib.util
+import math
 import shutil
 import subprocess
 import sys
@@ -245,6 +246,9 @@ def test_cpu_speed_verdict_needs_comparable_load(tmp_path, loads, expected):
     assert expected in line, line
     (entry,) = runs_verdict(comparison, 1.0)["verdicts"]
     assert (entry["speedup"] is None) == ("not compared" in expected)
+    # the table's speedup column says the same as the verdict: no number beside "not compared"
+    table_speedup = comparison.summaries[1].values["speedup"]
+    assert math.isnan(table_speedup) == ("not compared" in expected)
 
 
 def test_report_title_names_the_runs_precisions(tmp_path):

@@ -108,3 +108,27 @@ def test_fused_parts_that_are_not_whole_fp8_blocks_are_named() -> None:
             "intermediate_size": 12288}  # fmt: skip
     assert misfit_keywords(real) == []
     assert "mlp.gate_proj" in misfit_keywords({**real, "intermediate_size": 320})
+
+
+def test_forced_real_vllm_where_it_cannot_run_says_the_automatic_choice_s_reason(
+    monkeypatch, capsys
+) -> None:
+    """`NEMO_FP8_RL_CPU_GENERATION=vllm` on a CPU without AMX: the command ends with one located
+    error line (exit 1) carrying the reason the automatic choice prints, not an internal error."""
+    from nemo_fp8_rl.cli.common import invoke
+
+    monkeypatch.setattr(vllm_choice, "vllm_version", lambda: "0.25.1")
+    monkeypatch.delenv(vllm_choice.VARIABLE, raising=False)
+    automatic = choose(_config("fp8"), {"avx2"}).reason.removeprefix(
+        "the stand-in generation worker: "
+    )
+    monkeypatch.setenv(vllm_choice.VARIABLE, "vllm")
+
+    def main(argv: list[str]) -> int:
+        choose(_config("fp8"), {"avx2"})
+        return 0
+
+    assert invoke(main, [], prog="nemo_fp8_rl.train") == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: {vllm_choice.VARIABLE}=vllm: ") and automatic in line
+    assert "internal error" not in line

@@ -48,3 +48,22 @@ def test_engine_args_refuse_what_vllm_refuses(hub, over, words):
     assert err.key == f"policy.generation.vllm_cfg.{words}"
     assert err.file.startswith("vllm/") and err.line > 0
     assert f"vLLM {vllm.__version__}" in err.message
+
+
+def test_sleep_mode_is_checked_as_the_cpu_loop_runs_it_on_a_build_without_it(hub):
+    """NeMo RL's worker asks for sleep mode; vLLM's CPU build refuses it for its own platform, so
+    the preflight checks it off there (as the CPU loop runs the worker) and keeps it where the
+    platform has it (the workers' GPUs)."""
+    from vllm.platforms import current_platform
+
+    from nemo_fp8_rl.engines.nemo.preflight.vllm_checks import engine_args_check, for_this_build
+
+    asked = _kwargs(enable_sleep_mode=True)
+    checked, changed = for_this_build(asked)
+    if current_platform.is_sleep_mode_available():
+        assert (checked, changed) == (asked, [])
+    else:
+        assert changed == ["enable_sleep_mode"] and checked["enable_sleep_mode"] is False
+        with pytest.raises(Exception, match="Sleep mode is not supported"):
+            vllm.EngineArgs(**asked).create_engine_config()  # what the preflight used to report
+    assert engine_args_check(asked) is None

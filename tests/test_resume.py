@@ -244,3 +244,24 @@ def test_killed_trainer_then_the_printed_command_reproduces_the_run(tmp_path, mo
     steps = [r["step"] for r in _lines(tmp_path / "part/metrics.jsonl") if "event" not in r]
     assert steps == sorted(set(steps)) and steps[-3:] == [1, 2, 3]
     assert _values(tmp_path / "part") == _values(tmp_path / "full")
+
+
+def test_a_refit_death_names_the_dead_vllm_actor(tmp_path: Path) -> None:
+    """A vLLM actor killed inside a refit surfaces as the trainer's error (its ZeroMQ send
+    times out); the located error names the actor found dead, then where the loop stopped."""
+    import ray.exceptions as rex
+
+    recipe = _recipe(tmp_path)
+    timeout = rex.RayTaskError(
+        "stream_weights_via_ipc_zmq",
+        "Traceback (most recent call last): ...",
+        TimeoutError("zmq send timed out after 120 s"),
+        proctitle="ray::CpuMegatronPolicyWorker.stream_weights_via_ipc_zmq",
+    )
+    args = (recipe.name, str(tmp_path / "ckpt"), "resume", "start")
+    fault = worker_faults.located(timeout, *args, dead=["CpuVllmGenerationWorker"])
+    assert fault is not None and fault.where.endswith(": CpuVllmGenerationWorker"), str(fault)
+    assert "the actor died" in fault.what and "stream_weights_via_ipc_zmq" in fault.what
+    alone = worker_faults.located(timeout, *args, dead=[])
+    assert alone is not None and alone.where.endswith(": stream_weights_via_ipc_zmq")
+    assert worker_faults.dead_workers((object(),)) == []  # no worker group: nothing probed

@@ -139,14 +139,30 @@ def int_up_to(high: int) -> Callable[[str], int]:
     return parse
 
 
+class OneRecipe(argparse.Action):
+    """`--recipe`/`--config` given once: a second one (`--config A --recipe B`) would silently
+    pick one of two recipe sources, so it is refused."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:  # noqa: ANN001
+        earlier = getattr(namespace, self.dest, None)
+        if earlier is not None and earlier != self.default:
+            parser.error(
+                f"{option_string} {values}: the recipe was already given ({earlier!r}); "
+                "--recipe and --config name the same thing, pass one of them once"
+            )
+        setattr(namespace, self.dest, values)
+
+
 def add_recipe_args(parser: argparse.ArgumentParser, required: bool = True) -> None:
     """`--recipe R` (or NeMo RL's `--config R`) plus trailing `dotted.key=value` and `~dotted.key` overrides."""
     parser.add_argument(
         "--recipe",
         "--config",  # NeMo RL's own scripts take the config as --config
         dest="recipe",
+        action=OneRecipe,
         required=required,
-        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8 (--config: the same)",
+        help="recipe path or short name, e.g. tiny/grpo-tiny-qwen3-cpu-fp8 (--config: the same; "
+        "given once)",
     )
     parser.add_argument(
         "overrides",
@@ -171,9 +187,22 @@ def add_gpu_arg(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--gpu",
         metavar="TYPE",
+        type=gpu_type,
         help=f"the workers' GPU type ({', '.join(gpu_names())}): FP8 scale formats and the memory "
         "check are decided for it, never for this machine's GPU (sets slurm.gpu)",
     )
+
+
+def gpu_type(text: str) -> str:
+    """An argparse type: a GPU type of the closed list (`config.gpus`), by its canonical name;
+    an empty name or a near miss is refused, naming the nearest type."""
+    from nemo_fp8_rl.config.gpus import find_gpu, unknown_gpu_fix
+
+    gpu = find_gpu(text)
+    if gpu is None:
+        what = "an empty GPU type" if not text.strip() else f"unknown GPU type {shown(text)!r}"
+        raise argparse.ArgumentTypeError(f"{what}; {unknown_gpu_fix(text)}")
+    return gpu.name
 
 
 def gpu_overrides(args: argparse.Namespace) -> list[str]:

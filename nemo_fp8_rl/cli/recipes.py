@@ -144,7 +144,7 @@ def cmd_show(ref: str, overrides: list[str], sources: bool, memory: bool, gpu: s
 
 
 def _show_memory(recipe, gpu: str | None) -> int:
-    from nemo_fp8_rl.config.gpus import MEMORY_TYPES, find_gpu, gpu_names
+    from nemo_fp8_rl.config.gpus import MEMORY_TYPES, find_gpu, unknown_gpu_fix
     from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
     from nemo_fp8_rl.guards.memory import breakdown
 
@@ -153,9 +153,7 @@ def _show_memory(recipe, gpu: str | None) -> int:
             recipe.name, "a CPU recipe has no GPU memory estimate", "name a GPU recipe"
         )
     if gpu and find_gpu(gpu) is None:
-        raise UsageError(
-            "--gpu", f"unknown GPU type {gpu!r}", f"use one of {', '.join(gpu_names())}"
-        )
+        raise UsageError("--gpu", f"unknown GPU type {gpu!r}", unknown_gpu_fix(gpu))
     model = recipe.config["policy"]["model_name"]
     hf = model_config(model)
     if hf is None:

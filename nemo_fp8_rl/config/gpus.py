@@ -13,6 +13,7 @@ capability 8.9 (Ada); Hopper is 9.0, the Blackwell data-centre parts 10.0.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 HOPPER, BLACKWELL, OTHER = "hopper", "blackwell", "other"
@@ -27,6 +28,7 @@ class GpuType:
     capability: tuple[int, int]
     memory_mib: int
     aliases: tuple[str, ...] = ()
+    nominal_gb: tuple[int, ...] = ()  # the memory sizes its names carry (`h100-80gb`)
 
     @property
     def memory_gib(self) -> float:
@@ -38,11 +40,13 @@ class GpuType:
 
 
 GPUS: tuple[GpuType, ...] = (
-    GpuType("H100", HOPPER, (9, 0), 81_559, ("h100-80gb", "h100-sxm", "h100_80gb", "hopper")),
-    GpuType("H200", HOPPER, (9, 0), 143_771, ("h200-141gb", "h200_141gb")),
-    GpuType("B200", BLACKWELL, (10, 0), 183_359, ("b200-180gb", "blackwell")),
-    GpuType("GB200", BLACKWELL, (10, 0), 189_471, ("gb200-nvl72", "gb200_nvl")),
-    GpuType("A100", OTHER, (8, 0), 81_920, ("a100-80gb", "a100_80gb", "ampere")),
+    GpuType(
+        "H100", HOPPER, (9, 0), 81_559, ("h100-80gb", "h100-sxm", "h100_80gb", "hopper"), (80,)
+    ),
+    GpuType("H200", HOPPER, (9, 0), 143_771, ("h200-141gb", "h200_141gb"), (141,)),
+    GpuType("B200", BLACKWELL, (10, 0), 183_359, ("b200-180gb", "blackwell"), (180, 192)),
+    GpuType("GB200", BLACKWELL, (10, 0), 189_471, ("gb200-nvl72", "gb200_nvl"), (186, 192)),
+    GpuType("A100", OTHER, (8, 0), 81_920, ("a100-80gb", "a100_80gb", "ampere"), (80,)),
 )
 MEMORY_TYPES = ("H100", "H200", "B200", "GB200")  # the types a memory estimate is given for
 
@@ -51,22 +55,57 @@ def gpu_names() -> list[str]:
     return [g.name for g in GPUS]
 
 
+def _normal(text: str) -> str:
+    """`text` as names are compared: lower case, without an `NVIDIA` prefix or outer - _ space."""
+    word = str(text).strip().lower()
+    word = word.removeprefix("nvidia").strip(" -_")
+    return word
+
+
 def find_gpu(text: str | None) -> GpuType | None:
-    """The GPU type `text` names (`H100`, `h100-80gb`, `NVIDIA H200`, `gb200`), or None."""
+    """The GPU type `text` names exactly (`H100`, `h100-80gb`, `NVIDIA H200`, `gb200`), or None.
+    A near miss (`H100x`, `GH200`, `a100-40gb`) names no type: a substring match would take
+    `GH200` for an H200 and check an A100 40GB against 80 GiB."""
     if not text:
         return None
-    word = str(text).strip().lower().replace("nvidia", "").strip(" -_")
+    word = _normal(text)
     for gpu in GPUS:
         if word == gpu.name.lower() or word in gpu.aliases:
             return gpu
-    for gpu in sorted(GPUS, key=lambda g: -len(g.name)):  # "gb200" before "b200"
-        if gpu.name.lower() in word:
-            return gpu
+    return None
+
+
+def nearest_gpu(text: str) -> str | None:
+    """The known name or alias closest to `text` (for "did you mean"), or None."""
+    import difflib
+
+    names = [n for g in GPUS for n in (g.name.lower(), *g.aliases)]
+    close = difflib.get_close_matches(_normal(text), names, n=1, cutoff=0.5)
+    return find_gpu(close[0]).name if close else None  # type: ignore[union-attr]
+
+
+def unknown_gpu_fix(text: str) -> str:
+    """The fix of an unknown GPU type: the nearest name, then the closed list."""
+    near = nearest_gpu(text)
+    listed = f"one of {', '.join(gpu_names())}"
+    return f"did you mean {near}? (the types are {listed})" if near else f"use {listed}"
+
+
+def gpu_in_words(text: str) -> GpuType | None:
+    """The GPU type a Slurm GRES type or node feature names (`h100`, `nvidia_h100_80gb_hbm3`,
+    `gpu-a100-80gb`): its words (split at - _ . and space) hold a type's name whole, and any
+    memory size word (`40gb`) matches that type's; else None (`gh200` is no H200)."""
+    words = [w for w in re.split(r"[-_.\s]+", str(text).lower()) if w and w != "nvidia"]
+    for gpu in GPUS:
+        if gpu.name.lower() in words:
+            sizes = {int(w[:-2]) for w in words if re.fullmatch(r"\d+gb", w)}
+            if not sizes or sizes <= set(gpu.nominal_gb):
+                return gpu
     return None
 
 
 def gpu_by_name(name: str) -> GpuType:
     gpu = find_gpu(name)
     if gpu is None:
-        raise KeyError(f"unknown GPU type {name!r}; known: {', '.join(gpu_names())}")
+        raise KeyError(f"unknown GPU type {name!r}; {unknown_gpu_fix(name)}")
     return gpu

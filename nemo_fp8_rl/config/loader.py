@@ -208,7 +208,11 @@ def apply_overrides(config: dict, overrides: list[str], prov: Provenance) -> lis
             continue
         key, sep, raw = item.partition("=")
         key = key.strip()
-        adds = key.startswith("+") and not key.startswith("++")
+        prefix = key[: len(key) - len(key.lstrip("+"))]
+        if len(prefix) > 2:  # Hydra knows +key and ++key only: +++key is no override of its
+            issues.append(_bad_prefix(item, prefix))
+            continue
+        adds = prefix == "+"
         key = key.lstrip("+")
         if not sep or not _well_formed(key):
             issues.append(_malformed(item))
@@ -264,6 +268,15 @@ def _folded(key: str, value: str) -> Problem:
 
 def _well_formed(key: str) -> bool:
     return bool(key) and all(part for part in key.split("."))
+
+
+def _bad_prefix(item: str, prefix: str) -> Problem:
+    return Problem(
+        shown(item),
+        f"{prefix!r} is not an override prefix (Hydra's are + to add a key and ++ to add or set)",
+        "write +key=value, ++key=value or key=value",
+        "override",
+    )
 
 
 def _malformed(item: str) -> Problem:

@@ -342,10 +342,14 @@ def _relocate(issue: Problem, dest: Path, prov: dict[str, str]) -> Problem:
 
 
 def load_recipe_or_import(
-    ref: str | Path, overrides: list[str] | tuple[str, ...] = (), run_dir: Path | None = None
+    ref: str | Path,
+    overrides: list[str] | tuple[str, ...] = (),
+    run_dir: Path | None = None,
+    announce: bool = True,
 ) -> Recipe:
     """`load_recipe`, except that a NeMo RL GRPO config is imported first (no overlays), as
-    `nemo_fp8_rl.recipes import` would write it, so `train --recipe` takes NeMo RL's files."""
+    `nemo_fp8_rl.recipes import` would write it, so `train --recipe` takes NeMo RL's files
+    (`announce`: say so on stderr, once per command)."""
     try:
         return load_recipe(ref, overrides, run_dir=run_dir)
     except RecipeError:
@@ -354,11 +358,12 @@ def load_recipe_or_import(
             raise
     with temporary_folder("import") as folder:
         dest = write_imported(import_nemo_config(path), folder / path.name)
-        print(
-            f"# {path} is a NeMo RL config: imported as a recipe (as `nemo_fp8_rl.recipes import "
-            f"{path} FILE.yaml` writes it, to keep a copy to edit)",
-            file=sys.stderr,
-        )
+        if announce:
+            print(
+                f"# {path} is a NeMo RL config: imported as a recipe (as `nemo_fp8_rl.recipes "
+                f"import {path} FILE.yaml` writes it, to keep a copy to edit)",
+                file=sys.stderr,
+            )
         try:
             recipe = load_recipe(dest, overrides, run_dir=run_dir)
         except RecipeError as exc:  # named at the user's file, not the temporary copy

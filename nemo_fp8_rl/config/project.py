@@ -7,8 +7,10 @@ complete base config instead (see `nemo_fp8_rl.config.schema`).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -219,6 +221,38 @@ class RefitConfig(_Section):
     )
 
 
+HEALTH_TABLE = Path(__file__).resolve().parents[1] / "guards" / "health_ranges.yaml"
+
+
+def median_metrics() -> set[str]:
+    """The metrics the committed health table judges by their median (`guards.health`)."""
+    raw = yaml.safe_load(HEALTH_TABLE.read_text(encoding="utf-8"))
+    return {r["metric"] for r in raw["rules"] if r["statistic"] == "median"}
+
+
+class HealthConfig(_Section):
+    """What a run does when its train/generation mismatch leaves its healthy range for K steps
+    (`guards.health`): `warn` prints the line and records the event; `stop` also saves a
+    checkpoint and ends the run with the error that names the metric, its statistic, the range,
+    its source and the command that resumes. `limits` replaces the published median limit of a
+    metric for this recipe (its source then reads "this recipe's health.limits")."""
+
+    on_breach: Literal["warn", "stop"] = "warn"
+    limits: dict[str, float] = {}
+
+    @field_validator("limits")
+    @classmethod
+    def _known_metrics(cls, limits: dict[str, float]) -> dict[str, float]:
+        """Each metric one the health table judges by its median."""
+        known = median_metrics()
+        for name in limits:
+            if name not in known:
+                raise ValueError(
+                    f"{name!r} is not judged by its median; use one of {sorted(known)}"
+                )
+        return limits
+
+
 class SlurmConfig(_Section):
     """Defaults for `nemo_fp8_rl.submit` (flags on the command line override them)."""
 
@@ -244,13 +278,13 @@ class SlurmConfig(_Section):
     @classmethod
     def _known_gpu(cls, gpu: str | None) -> str | None:
         """A GPU type of `config.gpus` (any spelling it knows), stored by its canonical name."""
-        from nemo_fp8_rl.config.gpus import find_gpu, gpu_names
+        from nemo_fp8_rl.config.gpus import find_gpu, unknown_gpu_fix
 
         if gpu is None:
             return None
         found = find_gpu(gpu)
         if found is None:
-            raise ValueError(f"unknown GPU type {gpu!r}; use one of {', '.join(gpu_names())}")
+            raise ValueError(f"unknown GPU type {gpu!r}; {unknown_gpu_fix(gpu)}")
         return found.name
 
     @field_validator("env", mode="before")

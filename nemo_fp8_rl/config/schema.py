@@ -26,6 +26,7 @@ from nemo_fp8_rl.config.nemo_rl_keys import (
 from nemo_fp8_rl.config.project import (
     AblationConfig,
     CalibrationConfig,
+    HealthConfig,
     LocalConfig,
     RefitConfig,
     SlurmConfig,
@@ -41,6 +42,7 @@ OPEN = (
     "policy.generation.vllm_cfg.env_vars",
     "logger.tensorboard",
     "slurm.env",
+    "health.limits",
 )
 # Keys NeMo RL reads only when present (its own default applies when absent), which the base
 # leaves out so that a recipe without them gets NeMo RL's behaviour: key -> type when set.
@@ -71,6 +73,7 @@ PROJECT_SECTIONS: dict[str, type[BaseModel]] = {
     "local": LocalConfig,
     "refit": RefitConfig,
     "slurm": SlurmConfig,
+    "health": HealthConfig,
 }
 
 

@@ -173,3 +173,39 @@ def count_params(hf: dict[str, Any]) -> ParamCount:
     other = norm_and_router_params(hf)
     total = linear + emb + head + other
     return ParamCount(total, total - emb - head, active_linear + emb + head + other, linear)
+
+
+# Counts a decoder config.json gives, each a whole number >= 1 where it is given (a multimodal
+# config nests them under text_config, which the estimates do not read).
+POSITIVE_KEYS = (
+    "num_hidden_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "vocab_size",
+    "num_key_value_heads",
+    "intermediate_size",
+    "head_dim",
+)
+
+
+def shape_problems(hf: dict[str, Any]) -> list[str]:
+    """What makes `hf` (a model's config.json) no model at all: a layer, width, head or
+    vocabulary count that is not a whole number >= 1, kv heads that do not divide the heads, a
+    width the heads do not divide (without `head_dim`). Empty for a model an estimate can be
+    made for."""
+    problems = []
+    for key in (k for k in POSITIVE_KEYS if hf.get(k) is not None):
+        value = hf.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.append(f"{key} is {value!r}, not a whole number >= 1")
+    if problems or "num_attention_heads" not in hf or "hidden_size" not in hf:
+        return problems
+    heads, kv = (
+        hf["num_attention_heads"],
+        hf.get("num_key_value_heads") or hf["num_attention_heads"],
+    )
+    if heads % kv:
+        problems.append(f"num_key_value_heads {kv} does not divide num_attention_heads {heads}")
+    if hf.get("head_dim") is None and hf["hidden_size"] % heads:
+        problems.append(f"hidden_size {hf['hidden_size']} is not a multiple of {heads} heads")
+    return problems

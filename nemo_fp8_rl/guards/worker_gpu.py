@@ -17,7 +17,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from nemo_fp8_rl.config.gpus import GpuType, find_gpu, gpu_names
+from nemo_fp8_rl.config.gpus import GpuType, find_gpu, gpu_in_words, unknown_gpu_fix
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.guards.context import WorkerGpu
 
@@ -32,7 +32,7 @@ def parse_sinfo(text: str) -> set[str]:
         names = re.findall(r"gpu:([A-Za-z][\w.-]*?):\d", gres)
         names += [f.strip() for f in features.split(",")]
         for name in names:
-            gpu = find_gpu(name) if name and name != "(null)" else None
+            gpu = gpu_in_words(name) if name and name != "(null)" else None
             if gpu is not None:
                 found.add(gpu.name)
     return found
@@ -85,7 +85,5 @@ def resolve_worker_gpu(
 def _known(name: str, where: str) -> GpuType:
     gpu = find_gpu(name)
     if gpu is None:
-        raise UsageError(
-            where, f"unknown GPU type {name!r}", f"use one of {', '.join(gpu_names())}"
-        )
+        raise UsageError(where, f"unknown GPU type {name!r}", unknown_gpu_fix(name))
     return gpu

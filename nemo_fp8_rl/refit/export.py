@@ -209,6 +209,16 @@ def convert_checkpoint(
     shapes = dict(hf_shapes(checkpoint_shapes(src)))
     check_shapes(config, shapes, src / "config.json")
     plan = RefitPlan.from_config(recipe_config, shapes)
+    if plan.scheme != "bf16" and not plan.fp8_names:
+        why = sorted(set(plan.reasons.values()))[:3]
+        raise ExportError(
+            out,
+            f"an {plan.scheme} FP8 export would hold no FP8 weight (every one stays BF16: "
+            f"{'; '.join(why) or 'no decoder linear weight'}); nothing was written",
+            "lower --first-bf16 / --last-bf16 (num_first/last_layers_in_bf16) below the model's "
+            "layer count, or export BF16",
+            2,
+        )
 
     def write(tmp: Path) -> None:
         try:

@@ -20,11 +20,11 @@ from typing import Any
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _git(*args: str) -> str | None:
-    """Output of `git -C PACKAGE_ROOT <args>` (stripped), None when git or the checkout is absent."""
+def git(root: Path, *args: str) -> str | None:
+    """Output of `git -C root <args>` (stripped), None when git fails or is absent."""
     try:
         out = subprocess.run(
-            ["git", "-C", str(PACKAGE_ROOT), *args],
+            ["git", "-C", str(root), *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -37,10 +37,10 @@ def _git(*args: str) -> str | None:
 
 def code_state() -> dict[str, Any]:
     """{"commit": HEAD or None, "dirty": bool or None} of the checkout holding this package."""
-    commit = _git("rev-parse", "HEAD")
+    commit = git(PACKAGE_ROOT, "rev-parse", "HEAD")
     if commit is None:
         return {"commit": None, "dirty": None}
-    status = _git("status", "--porcelain", "--untracked-files=normal")
+    status = git(PACKAGE_ROOT, "status", "--porcelain", "--untracked-files=normal")
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 

@@ -45,6 +45,7 @@ RESUMABLE_KEYS = (
     "checkpointing.checkpoint_dir",
     "logger.log_dir",
     "local.progress",
+    "health.",  # what the run does on a breach, not what it trains
 )
 
 

@@ -17,14 +17,22 @@ what they will do with `plan_line`.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from nemo_fp8_rl.config import load_recipe
+from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
+from nemo_fp8_rl.runs.lock import LOCK_NAME
 from nemo_fp8_rl.runs.outputs import check_hand_set
-from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, flatten, run_progress
-from nemo_fp8_rl.runs.seeds import SEED_KEY, read_summary, seed_overrides, seed_run_dir
+from nemo_fp8_rl.runs.rundir import RunDirError, check_owner, check_place, flatten, run_progress
+from nemo_fp8_rl.runs.seeds import (
+    SEED_KEY,
+    SUMMARY_NAME,
+    read_summary,
+    seed_overrides,
+    seed_run_dir,
+)
 
 ACTIONS = ("start", "resume", "overwrite")  # the actions that train a seed (`keep` does not)
 
@@ -37,8 +45,7 @@ def check_group(group: Path) -> None:
         SummaryError: `group/seeds.json` is not one this launcher wrote.
     """
     group = Path(group)
-    if group.exists() and not group.is_dir():
-        raise RunDirError(group, "is a file, not a folder", "pass --run-dir with a folder path")
+    check_place(group)  # a file, `/` or the home folder: refused as a single run refuses them
     saved = group / "recipe.yaml"
     if saved.is_file():
         raise RunDirError(
@@ -48,7 +55,39 @@ def check_group(group: Path) -> None:
             f"pass --run-dir with another folder for the seeds (e.g. {group}-seeds), or move "
             "that run away",
         )
+    foreign = (
+        sorted(p.name for p in group.iterdir() if not _GROUP_ENTRY.fullmatch(p.name))
+        if (group.is_dir())
+        else []
+    )
+    if foreign and not saved.is_file():
+        shown = ", ".join(foreign[:5]) + (
+            f", and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise RunDirError(
+            group,
+            f"folder holds files that are not a seed group ({shown})",
+            "pass --run-dir with a new or empty folder, or move those files away",
+        )
     read_summary(group)
+
+
+# What a seed group holds: seed-<k>/ runs (and their logs), seeds.json, the lock, the job
+# files `submit --seeds` writes (slurm/), the atomic writer's temporary files.
+_GROUP_ENTRY = re.compile(
+    rf"seed-\d+(\.log)?|{re.escape(SUMMARY_NAME)}|{re.escape(LOCK_NAME)}|slurm|\.[\w.-]+\.tmp"
+)
+
+
+def check_resumable(actions: dict[int, str], resume: bool) -> None:
+    """Refuse `--resume` when no seed has a run stopped part-way to continue (a finished seed is
+    kept, a missing one started, with or without it: the flag would do nothing)."""
+    if resume and "resume" not in actions.values():
+        raise RunDirError(
+            "--resume",
+            "no seed holds a run stopped part-way, so there is nothing to resume",
+            "drop --resume (missing seeds start and finished ones are kept without it)",
+        )
 
 
 def seed_action(run_dir: Path, config: dict, *, resume: bool, overwrite: bool) -> str:
@@ -89,11 +128,14 @@ def seed_actions(
     for seed in seeds:
         run_dir = seed_run_dir(base.run_dir, seed)
         extra = seed_overrides(base, seed, overrides)
-        recipe = load_recipe(base.path, [*extra, f"{SEED_KEY}={seed}"], run_dir=run_dir)
+        recipe = load_recipe_or_import(
+            base.path, [*extra, f"{SEED_KEY}={seed}"], run_dir=run_dir, announce=False
+        )
         action = seed_action(run_dir, recipe.config, resume=resume, overwrite=overwrite)
         if action != "keep":  # its hand-set output folders, as a single run checks them
             check_hand_set(recipe, resume=action == "resume", overwrite=action == "overwrite")
         actions[seed] = action
+    check_resumable(actions, resume)
     return actions
 
 
@@ -119,6 +161,9 @@ def seed_keys(base: Any, overrides: Sequence[str]) -> tuple[str, ...]:
     seeds. A job array's task sets them all, as `train --seeds` gets them by loading the recipe
     with its seed: the frozen recipe an array trains with has the interpolations resolved."""
     one, two = (
-        flatten(load_recipe(base.path, [*overrides, f"{SEED_KEY}={k}"]).config) for k in (1, 2)
+        flatten(
+            load_recipe_or_import(base.path, [*overrides, f"{SEED_KEY}={k}"], announce=False).config
+        )
+        for k in (1, 2)
     )
     return tuple(k for k in one if one[k] == 1 and two.get(k) == 2 and type(one[k]) is int)

@@ -11,12 +11,10 @@ Student-t interval of the per-seed differences over the seeds both arms have (pa
 
 from __future__ import annotations
 
-import io
 import json
 import math
 from pathlib import Path
 
-from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.study import analysis, endpoints
 from nemo_fp8_rl.study.doc_blocks import write_blocks
 from nemo_fp8_rl.study.dose import ARCHIVE, DOCS, arm_name
@@ -164,37 +162,43 @@ def markdown(archive: Path = ARCHIVE) -> str:
 
 
 def figures(archive: Path = ARCHIVE, out: Path = DOCS) -> list[Path]:
-    """Accuracy gain and lower-bound clip share against the measured dose, both arms of each
-    format (and BF16 at dose 0), mean over seeds with 95 % t-intervals; returns the PNG paths."""
+    """The paired differences the verdict rests on, against each format's measured dose: loss
+    (uncalibrated − BF16) and recovery (calibrated − uncalibrated) of the accuracy gain, each
+    the mean of per-seed differences with its Student-t 95 % interval (n); the PNG's path."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from nemo_fp8_rl.config.safe_files import write_atomic_with
+
     table = collect(archive)
-    out.mkdir(parents=True, exist_ok=True)
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-    for ax, (key, label) in zip(
-        axes, (("val_gain", "accuracy gain from step 0 (BF16-scored)"),
-               ("clip_lower_frac_neg", "share of A<0 tokens clipped at L")), strict=True
-    ):  # fmt: skip
-        for arm, runs in table.items():
-            x = 0.0 if arm == "bf16" else arm_interval(runs, "ratio_nmae").mean
-            y = arm_interval(runs, key)
+    base = table.get("bf16", {})
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    panels = (("loss: uncalibrated − BF16", "-uncalibrated", None),
+              ("recovery: calibrated − uncalibrated", "", "-uncalibrated"))  # fmt: skip
+    for ax, (title, arm_suffix, ref_suffix) in zip(axes, panels, strict=True):
+        for fmt in endpoints.load().dose.formats:
+            arm = table.get(f"{fmt}{arm_suffix}")
+            ref = base if ref_suffix is None else table.get(f"{fmt}{ref_suffix}")
+            unc = table.get(f"{fmt}-uncalibrated")
+            if not arm or not ref or not unc:
+                continue
+            y = paired_diff(arm, ref, "val_gain")
+            x = arm_interval(unc, "ratio_nmae").mean
             err = [[y.mean - y.low], [y.high - y.mean]] if math.isfinite(y.low) else None
-            style = "s" if arm == "bf16" else ("o" if arm.endswith("-uncalibrated") else "^")
-            ax.errorbar([x], [y.mean], yerr=err, fmt=style, capsize=3, label=f"{arm} (n={y.n})")
-        ax.set_xlabel("measured dose: ratio NMAE against the BF16 shadow")
-        ax.set_ylabel(label)
-        ax.set_title(label, fontsize=10)
-    axes[1].legend(fontsize=7, loc="best")
-    fig.suptitle("Precision dose study: o uncalibrated, ^ calibrated, s BF16 (95 % t-intervals)")
+            ax.errorbar([x], [y.mean], yerr=err, fmt="o", capsize=3, label=f"{fmt} (n={y.n})")
+        ax.axhline(0.0, color="grey", lw=0.8)
+        ax.set_xlabel("measured dose: ratio NMAE against the BF16 shadow (uncalibrated arm)")
+        ax.set_title(title, fontsize=10)
+        ax.legend(fontsize=7, loc="best")
+    axes[0].set_ylabel("difference in accuracy gain from step 0 (BF16-scored)")
+    fig.suptitle("Precision dose study: paired differences by seed (95 % Student-t intervals)")
     fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
     path = out / "dose_response.png"
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110)  # safe-write: buffer
+    write_atomic_with(path, lambda f: fig.savefig(f, format="png", dpi=110))
     plt.close(fig)
-    write_atomic(path, buffer.getvalue())  # never through a link planted at the path
     return [path]
 
 

@@ -30,7 +30,8 @@ from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar, read_metrics
 from nemo_fp8_rl.engines.local.recipe_checks import refuse_hand_set_paths as refuse_hand_set_paths
-from nemo_fp8_rl.guards.health import HealthMonitor, precision_of
+from nemo_fp8_rl.guards.breach import HealthBreach, breach_error, health_table, on_breach
+from nemo_fp8_rl.guards.health import HealthEvent, HealthMonitor, precision_of
 from nemo_fp8_rl.guards.served import ServedCounts, check_served
 from nemo_fp8_rl.runs import lock, rundir
 from nemo_fp8_rl.runs.ray_start import start_ray
@@ -74,6 +75,7 @@ class Loop:
         """Read the loop's settings from the recipe."""
         cfg = recipe.config
         self.cfg, self.run_dir = cfg, run_dir
+        self.name, self.path = recipe.name, getattr(recipe, "path", None) or recipe.name
         self.trainer, self.rollout = trainer, rollout
         grpo = cfg["grpo"]
         self.seed, self.steps = grpo["seed"], grpo["max_num_steps"]
@@ -207,21 +209,34 @@ class Loop:
                     first.update(self.validate(0))
                 logger.log(0, first)
             save_period = self.ckpt_cfg["save_period"]
-            health = HealthMonitor(precision_of(self.cfg), engine="local")
+            health = HealthMonitor(precision_of(self.cfg), health_table(self.cfg), engine="local")
             health.replay(read_metrics(self.run_dir))  # a resumed run's earlier steps
             for k in range(start, self.steps):
                 metrics = self.step(k)
                 logger.log(k + 1, metrics)
-                for event in health.observe(k + 1, metrics):
+                events = health.observe(k + 1, metrics)
+                for event in events:
                     say(event.line())
                     logger.log_event(event.record())
                 bar.update(metrics)
                 done = k + 1
-                if self.ckpt_cfg["enabled"] and (done % save_period == 0 or done == self.steps):
+                stop = events[0] if events and on_breach(self.cfg) == "stop" else None
+                breached = time.perf_counter()
+                periodic = done % save_period == 0 or done == self.steps
+                if stop is not None or (self.ckpt_cfg["enabled"] and periodic):
                     self.save(done)
+                if stop is not None:
+                    raise self.breach(stop, time.perf_counter() - breached)
         finally:
             bar.close()
             logger.close()
+
+    def breach(self, event: HealthEvent, seconds: float) -> HealthBreach:
+        """The error `health.on_breach: stop` ends the run with (checkpoint already saved,
+        `seconds` after the breach was found)."""
+        resume = f"nemo_fp8_rl.train --recipe {self.path} --run-dir {self.run_dir} --resume"
+        kept = self.ckpt_root / f"step_{event.step}"
+        return breach_error(event, self.cfg, self.name, str(kept), resume, seconds)
 
 
 # environment.json's `generator` of an embedded run: its own rollout actor, never vLLM

@@ -118,8 +118,10 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "cpu.vllm_names (named classes, nothing NeMo RL computes; vLLM's mxfp8_e4m3_quantize "
         "is refit.nemo_mxfp8's bit-exact replica of its CPU path) and cpu.extension "
         "(report_device_id, the IPC fence)",
-        "only where vLLM is not installed: NeMo RL's vllm_backend and quantization/fp8 import "
-        "vLLM names at import time",
+        "in the stand-in generation worker's own process (its Ray actor: cpu.generation_worker "
+        "installs them before the worker), also where vLLM is installed, since the stand-in "
+        "serves what real vLLM cannot here (the row above): NeMo RL's vllm_backend and "
+        "quantization/fp8 import vLLM names at import time; nothing else in the run sees them",
     ),
     CpuStandIn(
         "nemo_rl.distributed.stateless_process_group.StatelessProcessGroup (NCCL)",
@@ -136,7 +138,7 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
     ),
     CpuStandIn(
         "the GPU path's worker selection (the project's policy factory and "
-        "resolve_generation_worker_cls answers, each worker registered under NeMo RL's "
+        "vllm_generation.resolve_generation_worker_cls answers, each worker registered under NeMo RL's "
         "prebuilt venv)",
         "cpu.loop.policy_factory and cpu.worker_choice; every worker registered as "
         "PY_EXECUTABLES.SYSTEM (cpu.cluster.register_workers)",
@@ -148,6 +150,52 @@ CPU_LOOP_STAND_INS: tuple[CpuStandIn, ...] = (
         "vllm_backend.rebuild_cuda_tensor_from_ipc)",
         "cpu.ipc: named shared-memory files",
         "CUDA IPC needs a CUDA tensor; the ZeroMQ stream around it runs as shipped",
+    ),
+    CpuStandIn(
+        "packed_tensor.get_target_packed_tensor_size (NeMo RL's packed-broadcast buffer size, "
+        "asynchronous GRPO's collective refit)",
+        "cpu.collective.cpu_packing: CPU_REFIT_BUFFER_BYTES (64 MiB) on both ends, for the "
+        "refit's duration",
+        "NeMo RL sizes the buffer from the GPU's memory (torch.cuda.get_device_properties), "
+        "which raises without a CUDA device",
+    ),
+    CpuStandIn(
+        "the CUDA stream calls of the refit (torch.cuda.current_stream, torch.cuda.Stream, "
+        "torch.cuda.stream) and the device answers (torch.cuda.current_device; "
+        "report_device_id, NVML's UUID of the worker's GPU)",
+        "cpu.cuda_shim (synchronous CpuStream, a null stream context, device 'cpu') and "
+        "cpu.device (CPU-<Ray node id>-GPU<logical GPU id>, the same for the two colocated "
+        "workers, as the shared GPU's UUID is)",
+        "no CUDA device and no NVML here; NeMo RL names the colocated refit's ZeroMQ socket "
+        "after the device id both workers report",
+    ),
+    CpuStandIn(
+        "NeMo RL's FP8 module state (fp8.fp8_state, fp8.fp8_patches_applied, global_fp8_config)",
+        "cpu.fp8_setup: reset before each init_fp8 and this worker's state reinstated around "
+        "each load",
+        "NeMo RL keeps it in module globals whose patches assert they run once per process; "
+        "the tests build several generation workers in one process (a Ray actor holds one)",
+    ),
+    CpuStandIn(
+        "threads and KV cache sized for a GPU node (OMP_NUM_THREADS, RAY_worker_niceness, "
+        "RAY_DEDUP_LOGS, TORCH_CUDA_ARCH_LIST, NEMO_RL_PY_EXECUTABLES_SYSTEM; "
+        "VLLM_CPU_KVCACHE_SPACE)",
+        "cpu.cluster.ENV_DEFAULTS (1 thread per process, workers at the driver's niceness, "
+        "every actor's log line kept, an architecture list, NeMo RL's switch to run every "
+        "actor in this interpreter) and cpu.vllm_worker (VLLM_CPU_KVCACHE_SPACE 1 GiB); a "
+        "value the user set is kept",
+        "a dozen actors share a machine of a few cores (one thread each does not oversubscribe "
+        "them); "
+        "Policy refuses the Megatron backend without TORCH_CUDA_ARCH_LIST (never read: no "
+        "kernel is compiled); vLLM's CPU default KV cache is 4 GiB, a GPU-sized share",
+    ),
+    CpuStandIn(
+        "Ray's connection handling (RAY_ADDRESS, RAY_ENABLE_AUTO_CONNECT, "
+        "auto_init_hook.enable_auto_connect)",
+        "cpu.cluster.start_ray: RAY_ADDRESS set to this run's Ray, auto-connect off",
+        "NeMo RL's memory tracker asks Ray without an address ('Found multiple active Ray "
+        "instances' beside another Ray on the machine), and NeMo RL's Policy / VllmGeneration "
+        "__del__ at interpreter exit would auto-start a Ray and wait on it forever",
     ),
     CpuStandIn(
         "NeMo RL's environment (its uv.lock: CUDA builds of vLLM, TE, Megatron-Bridge, "

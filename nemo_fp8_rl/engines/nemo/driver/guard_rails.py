@@ -14,28 +14,50 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nemo_fp8_rl.config.safe_files import read_text_bounded
+from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.guards.catalogue import guard_context, run_checks
 from nemo_fp8_rl.guards.findings import GuardReport
+from nemo_fp8_rl.guards.model_shapes import shape_problems
 from nemo_fp8_rl.guards.worker_gpu import resolve_worker_gpu
 
 MODEL_CONFIGS = Path(__file__).parents[1] / "model_configs"
 
 
 def model_config(model_name: str) -> dict[str, Any] | None:
-    """The model's `config.json` (shipped copy, else the local HF cache), or None."""
+    """The model's `config.json` (shipped copy, else the local HF cache), or None; one that is
+    not a JSON object of sensible shapes (`model_shapes.shape_problems`: a negative layer count,
+    0 attention heads) is a located error before any estimate is made from it."""
     shipped = MODEL_CONFIGS / f"{model_name.replace('/', '--')}.json"
     if shipped.is_file():
-        return json.loads(shipped.read_text(encoding="utf-8"))
+        return _read_model_config(shipped)
     local = Path(model_name) / "config.json"
     if local.is_file():
-        return json.loads(local.read_text(encoding="utf-8"))
+        return _read_model_config(local)
     try:
         from huggingface_hub import hf_hub_download
 
         path = hf_hub_download(model_name, "config.json", local_files_only=True)
     except Exception:  # noqa: BLE001 - not cached, offline, no such repo: the checks skip
         return None
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    return _read_model_config(Path(path))
+
+
+def _read_model_config(path: Path) -> dict[str, Any]:
+    """A model's config.json, read bounded and checked for sense (`model_config`)."""
+    fix = (
+        "restore the model's config.json (as the model's repository has it), or name another model"
+    )
+    try:
+        hf = json.loads(read_text_bounded(path, 16 * 2**20, "config.json"))
+    except ValueError as exc:
+        raise UsageError(path, f"not JSON ({exc})", fix) from None
+    if not isinstance(hf, dict):
+        raise UsageError(path, f"a JSON {type(hf).__name__}, not an object", fix)
+    problems = shape_problems(hf)
+    if problems:
+        raise UsageError(path, "impossible model shapes: " + "; ".join(problems[:5]), fix)
+    return hf
 
 
 def nemo_rl_tree() -> Path | None:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import numbers
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -64,9 +65,10 @@ def flatten_metrics(metrics: dict[str, Any], prefix: str | None) -> dict[str, fl
 def health_monitor(config: dict[str, Any], path: Path) -> Any:
     """A `guards.health.HealthMonitor` for the recipe's precision, caught up on the steps a
     resumed run already wrote to `path` (so a resume neither repeats nor loses an event)."""
+    from nemo_fp8_rl.guards.breach import health_table
     from nemo_fp8_rl.guards.health import HealthMonitor, precision_of
 
-    monitor = HealthMonitor(precision_of(config), engine="nemo")
+    monitor = HealthMonitor(precision_of(config), health_table(config), engine="nemo")
     if path.is_file():
         records = []
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -78,16 +80,46 @@ def health_monitor(config: dict[str, Any], path: Path) -> Any:
     return monitor
 
 
+class BreachStop:
+    """`health.on_breach: stop` on NeMo RL's loop (`guards.breach`). A step's row is complete
+    after NeMo RL's checkpoint decision for it, so the stop comes at the first completed step,
+    at or after the breach, that NeMo RL saved a checkpoint for (`checkpointing.save_period`
+    bounds the wait); `seen` then raises the located error."""
+
+    def __init__(self, config: dict[str, Any], run: str, resume: str) -> None:
+        self.config, self.run, self.resume = config, run, resume
+        self.checkpoints = Path(config["checkpointing"]["checkpoint_dir"])
+        self.pending: Any = None
+        self.since = 0.0
+
+    def seen(self, step: int, events: list[Any]) -> None:
+        """Note a breach; raise `HealthBreach` once a checkpoint at or after it exists."""
+        from nemo_fp8_rl.engines.nemo.driver.worker_faults import latest_checkpoint
+        from nemo_fp8_rl.guards.breach import breach_error
+
+        if events and self.pending is None:
+            self.pending, self.since = events[0], time.perf_counter()
+        if self.pending is None:
+            return
+        kept = latest_checkpoint(self.checkpoints)
+        if kept is not None and int(kept.name[5:]) >= step >= self.pending.step:
+            seconds = time.perf_counter() - self.since
+            raise breach_error(self.pending, self.config, self.run, str(kept), self.resume, seconds)
+
+
 class MetricsTee:
     """Wraps NeMo RL's `Logger`: every `log_metrics` call goes to it at once and into the
     current step's row of `path`, written when the step completes (module docstring); with a
     `monitor` (`guards.health.HealthMonitor`) each health event is printed and recorded after
-    its step's row."""
+    its step's row, and with `stop` (`BreachStop`) a breach ends the run once checkpointed."""
 
-    def __init__(self, logger: Any, path: Path, monitor: Any = None) -> None:
+    def __init__(
+        self, logger: Any, path: Path, monitor: Any = None, stop: BreachStop | None = None
+    ) -> None:
         self._logger = logger
         self.path = path
         self._monitor = monitor
+        self._stop = stop
         self._step: int | None = None
         self._row: dict[str, float] = {}
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -126,3 +158,5 @@ class MetricsTee:
                 fh.write(json.dumps(event.record()) + "\n")
         for event in events:
             print(event.line(), flush=True)
+        if self._stop is not None:
+            self._stop.seen(step, events)

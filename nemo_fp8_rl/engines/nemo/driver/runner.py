@@ -39,7 +39,7 @@ from nemo_fp8_rl.engines.nemo.driver.handoff import (
     validate_with_nemo_rl,
     write_handoff,
 )
-from nemo_fp8_rl.engines.nemo.driver.metrics_log import MetricsTee, health_monitor
+from nemo_fp8_rl.engines.nemo.driver.metrics_log import BreachStop, MetricsTee, health_monitor
 from nemo_fp8_rl.engines.nemo.driver.platform import Platform, platform_for
 from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
     EngineConfigError as EngineConfigError,
@@ -54,6 +54,7 @@ from nemo_fp8_rl.engines.nemo.driver.served_guard import served_guard
 from nemo_fp8_rl.engines.nemo.driver.worker_env import WORKER_FQN as WORKER_FQN  # re-exported
 from nemo_fp8_rl.engines.nemo.driver.worker_env import export_package_path
 from nemo_fp8_rl.engines.nemo.worker.loss import NemoCalibratedLoss
+from nemo_fp8_rl.guards.breach import on_breach
 from nemo_fp8_rl.runs import lock, outputs, rundir
 from nemo_fp8_rl.runs.resume import keep_completed_rows, train_command
 
@@ -242,17 +243,20 @@ def _wrap_policy(policy: Any, loss_fn: NemoCalibratedLoss, recipe: Recipe, state
 
 
 @contextlib.contextmanager
-def _located_faults(recipe: Recipe) -> Iterator[None]:
-    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`)."""
+def _located_faults(recipe: Recipe, *owners: Any) -> Iterator[None]:
+    """A worker's death or exception inside NeMo RL as one located error (`worker_faults`),
+    naming the actor of `owners`' worker groups that died, when one did."""
     try:
         yield
     except Exception as exc:
+        dead = worker_faults.dead_workers(owners) if worker_faults.is_fault(exc) else []
         fault = worker_faults.located(
             exc,
             recipe.name,
             recipe.config["checkpointing"]["checkpoint_dir"],
             train_command(recipe, "nemo"),
             train_command(recipe, "nemo", "--overwrite"),
+            dead,
         )
         if fault is None:
             raise
@@ -294,13 +298,19 @@ def _train(recipe: Recipe, run_dir: Path, prepared: _Prepared, platform: Platfor
     train_policy = _wrap_policy(policy, loss_fn, recipe, grpo_state)
     jsonl = run_dir / "metrics.jsonl"
     keep_completed_rows(jsonl, checkpoint_step(latest))  # the steps after it train again
-    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl))
+    resume = train_command(recipe, "nemo")
+    stop = (
+        BreachStop(recipe.config, recipe.name, resume)
+        if on_breach(recipe.config) == "stop"
+        else None
+    )
+    logger = MetricsTee(logger, jsonl, health_monitor(recipe.config, jsonl), stop)
     # the vLLM config NeMo RL runs with: the platform's hand-off may keep more layers BF16
     # (the CPU loop on real vLLM: the fused parts that are not whole FP8 blocks)
     vllm_cfg = prepared.master_config.policy["generation"]["vllm_cfg"]
     try:
         with (
-            _located_faults(recipe),
+            _located_faults(recipe, policy_generation, policy),
             checkpointer if hasattr(checkpointer, "__enter__") else contextlib.nullcontext(),
             served_guard(grpo, vllm_cfg, policy_generation),
         ):

@@ -12,9 +12,10 @@ The generator record (which backend served the rollouts, and why) is `cpu.vllm_c
 from __future__ import annotations
 
 import hashlib
-import subprocess
 from pathlib import Path
 from typing import Any
+
+from nemo_fp8_rl.runs import provenance
 
 
 def tree_revision(package_dir: str | Path | None) -> dict[str, Any]:
@@ -38,15 +39,5 @@ def _git_head(tree: Path) -> str | None:
     """The commit checked out in `tree` (None: not a git checkout, or git is absent)."""
     if not (tree / ".git").exists():
         return None
-    try:
-        done = subprocess.run(
-            ["git", "-C", str(tree), "rev-parse", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    head = done.stdout.strip()
-    return head if done.returncode == 0 and len(head) == 40 else None
+    head = provenance.git(tree, "rev-parse", "HEAD")
+    return head if head and len(head) == 40 else None

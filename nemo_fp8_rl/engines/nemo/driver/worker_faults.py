@@ -10,6 +10,7 @@ appears only when complete) and the command that resumes from it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,13 @@ def _reason(exc: BaseException) -> tuple[str, str] | None:
     return None
 
 
+def is_fault(exc: BaseException) -> bool:
+    """Whether `exc` is a worker's death or exception (Ray's actor or task error)."""
+    import ray.exceptions as rex
+
+    return isinstance(exc, rex.RayTaskError | rex.RayActorError)
+
+
 def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     """The newest complete `step_*` checkpoint NeMo RL kept (None: none yet)."""
     folder = Path(checkpoint_dir)
@@ -61,16 +69,53 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
     return steps[-1] if steps else None
 
 
+def dead_workers(owners: tuple[Any, ...], timeout_s: float = 10.0) -> list[str]:
+    """The class names of the actors of `owners`' worker groups (NeMo RL's `VllmGeneration`,
+    `Policy`) that are dead. Each actor is asked Ray's readiness call; a dead one answers at
+    once with Ray's `ActorDiedError` (`class_name: ...`), a busy one is counted alive."""
+    import ray
+    import ray.exceptions as rex
+
+    handles = [
+        w
+        for owner in owners
+        for w in (getattr(getattr(owner, "worker_group", None), "workers", None) or [])
+    ]
+    if not handles:
+        return []
+    probes = [h.__ray_ready__.remote() for h in handles]
+    done, _ = ray.wait(probes, num_returns=len(probes), timeout=timeout_s)
+    dead = []
+    for probe in done:
+        try:
+            ray.get(probe)
+        except rex.RayActorError as exc:
+            found = re.search(r"class_name:\s*(\w+)", str(exc))
+            dead.append(found.group(1) if found else "a worker")
+    return dead
+
+
 def located(
-    exc: BaseException, run_name: str, checkpoint_dir: str, resume: str, start: str
+    exc: BaseException,
+    run_name: str,
+    checkpoint_dir: str,
+    resume: str,
+    start: str,
+    dead: list[str] | None = None,
 ) -> UserError | None:
     """The located error for a worker fault (None: `exc` is not one, re-raise it as is).
     `resume` and `start` are the run's own command line (`runs.resume.train_command`) with
-    `--resume` and with `--overwrite`."""
+    `--resume` and with `--overwrite`. `dead` (`dead_workers`): the actors found dead, named
+    first: a vLLM actor that dies inside a refit surfaces as the trainer's error (its ZeroMQ
+    send times out), not as the dead actor's."""
     found = _reason(exc)
     if found is None:
         return None
     worker, reason = found
+    others = [d for d in dead or [] if d not in worker]
+    if others:
+        worker = " and ".join(dict.fromkeys(others))
+        reason = f"the actor died; the loop then stopped at {found[0]}: {found[1]}"
     kept = latest_checkpoint(checkpoint_dir)
     if kept is None:
         fix = f"nothing was checkpointed yet; fix the cause and start again with `{start}`"

@@ -247,13 +247,29 @@ def engine_checks(
     return out
 
 
+def for_this_build(llm_kwargs: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """`llm_kwargs` as vLLM's build here can judge them for the workers' GPUs, and the arguments
+    set otherwise. NeMo RL's worker passes `enable_sleep_mode=True`; vLLM refuses it on a
+    platform without sleep mode ("Sleep mode is not supported on current platform",
+    vllm/config/model.py, `current_platform.is_sleep_mode_available()`: CUDA, ROCm and XPU
+    only), so on vLLM's CPU build it is checked off, as the CPU loop runs NeMo RL's worker there
+    (`cpu.vllm_worker`); the workers' GPUs have sleep mode."""
+    from vllm.platforms import current_platform
+
+    if llm_kwargs.get("enable_sleep_mode") and not current_platform.is_sleep_mode_available():
+        return {**llm_kwargs, "enable_sleep_mode": False}, ["enable_sleep_mode"]
+    return llm_kwargs, []
+
+
 def engine_args_check(llm_kwargs: dict[str, Any]) -> LocatedError | None:
-    """vLLM's own `EngineArgs(...).create_engine_config()` on the recorded kwargs (vLLM installed).
+    """vLLM's own `EngineArgs(...).create_engine_config()` on the recorded kwargs (vLLM installed),
+    with what this build cannot judge for a GPU set as the CPU loop sets it (`for_this_build`).
 
     The engine is not started; a failure is located at vLLM's innermost frame.
     """
     import vllm
 
+    llm_kwargs, _ = for_this_build(llm_kwargs)
     fields = set(vllm.EngineArgs.__dataclass_fields__)
     try:
         vllm.EngineArgs(
