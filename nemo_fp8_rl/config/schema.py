@@ -142,6 +142,14 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "loss_fn.ratio_clip_max": (_gt(0), "> 0: the upper bound is 1 + ratio_clip_max"),
     "loss_fn.reference_policy_kl_penalty": (_ge(0), ">= 0"),
     "cluster.num_nodes": (_ge(1), ">= 1"),
+    # Settings where 0 does nothing or the wrong thing in NeMo RL: a save every 0 steps is a
+    # modulo by zero, keep_top_k 0 keeps no checkpoint, a generation or
+    # logprob batch of 0 samples nothing, a math environment of 0 workers never scores.
+    "checkpointing.save_period": (_ge(1), ">= 1 (set checkpointing.enabled: false to save none)"),
+    "checkpointing.keep_top_k": (_ge(1), ">= 1 (0 would keep no checkpoint)"),
+    "policy.generation_batch_size": (_ge(1), ">= 1"),
+    "policy.logprob_batch_size": (_ge(1), ">= 1"),
+    "env.math.num_workers": (_ge(1), ">= 1 (the math verifier's workers score every sample)"),
     "cluster.gpus_per_node": (_ge(0), ">= 0 (0 runs the embedded CPU engine)"),
 }
 

@@ -18,6 +18,7 @@ import contextlib
 import copy
 import importlib.util
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,8 +85,38 @@ def _vllm(not_run: list[str]) -> Iterator[None]:
         return
     import vllm
 
-    with installed([(vllm, "LLM", LLMRecorder)]):
+    with _fresh_fp8_module(), installed([(vllm, "LLM", LLMRecorder)]):
         yield
+
+
+FP8_PACKAGE = "nemo_rl.models.generation.vllm.quantization"
+
+
+@contextlib.contextmanager
+def _fresh_fp8_module() -> Iterator[None]:
+    """Where vLLM is installed, NeMo RL's FP8 module as a fresh copy for the rehearsal: its
+    `init_fp8` sets module globals and patches vLLM's classes once per process (`assert not
+    fp8_patches_applied`, fp8.py), so a second rehearsal in one process (several recipes) would
+    stop there. Afterwards the patches the copy applied to the real vLLM are stopped and the
+    process's own modules are put back (the stand-in path does the same: `stood_in`)."""
+    mine = lambda name: name == FP8_PACKAGE or name.startswith(FP8_PACKAGE + ".")  # noqa: E731
+    hidden = {n: m for n, m in sys.modules.items() if mine(n)}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        fresh = sys.modules.get(FP8_PACKAGE + ".fp8")
+        for patcher in list(getattr(getattr(fresh, "fp8_state", None), "vllm_patches", [])):
+            with contextlib.suppress(RuntimeError):
+                patcher.stop()
+        for name in [n for n in sys.modules if mine(n)]:
+            del sys.modules[name]
+        sys.modules.update(hidden)
+        for name, module in hidden.items():  # parents point at the modules put back
+            parent, _, child = name.rpartition(".")
+            if parent in sys.modules:
+                setattr(sys.modules[parent], child, module)
 
 
 def rehearse_vllm_worker(config: dict[str, Any], seed: int, not_run: list[str]) -> dict[str, Any]:
