@@ -4,7 +4,7 @@
 
 Runs the recipe's supervised warm-up (`local.warmup`) for each seed exactly as a training run
 would (same model initialisation, same thread count) and writes it to the shipped store,
-`data/warmup/<config key>/` (`nemo_fp8_rl.engines.local.warmup_store`), where every run of a
+`data/warmup/<config key>/` (`nemo_fp8_rl.tiny.warmup_store`), where every run of a
 recipe with the same model, task and warm-up settings finds it on any machine. An existing
 entry is kept unless `--rebuild`. Prints one line per seed: key, steps, held-out accuracy.
 """
@@ -19,11 +19,11 @@ import torch
 
 from nemo_fp8_rl.config import load_recipe
 from nemo_fp8_rl.config.project import LocalConfig
-from nemo_fp8_rl.engines.local import warmup_store
-from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, untied_state
-from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-from nemo_fp8_rl.engines.local.warmup import train_warmup
 from nemo_fp8_rl.runs.seeds import parse_seeds
+from nemo_fp8_rl.tiny import warmup_store
+from nemo_fp8_rl.tiny.model import build_model, quiet_transformers, untied_state
+from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
+from nemo_fp8_rl.tiny.warmup import train_warmup
 
 
 def build(local: LocalConfig, seed: int, out: Path, rebuild: bool) -> str:

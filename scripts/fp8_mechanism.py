@@ -45,9 +45,9 @@ from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.batch import build_batch
 from nemo_fp8_rl.engines.local.rollout import Rollout
 from nemo_fp8_rl.engines.local.runner import _sampling_seed, prepare_model
-from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.trainer import Trainer
 from nemo_fp8_rl.study.doc_blocks import write_block
+from nemo_fp8_rl.tiny.task import exact_match_reward, train_problems
 
 PROG = "scripts/fp8_mechanism.py"
 BASE = "tiny/grpo-tiny-qwen3-cpu-fp8-uncalibrated"

@@ -135,8 +135,8 @@ def test_model_folder_on_a_full_disk_is_a_located_error(tmp_path) -> None:
     code = (
         "from pathlib import Path\n"
         "from nemo_fp8_rl.config.project import TinyModelConfig\n"
-        "from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint\n"
-        "from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer\n"
+        "from nemo_fp8_rl.tiny.model import build_model, save_checkpoint\n"
+        "from nemo_fp8_rl.tiny.tokenizer import build_tokenizer\n"
         "tok = build_tokenizer()\n"
         "save_checkpoint(build_model(TinyModelConfig(), tok, 0), tok, Path('run/model'))\n"
     )

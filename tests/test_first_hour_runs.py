@@ -3,7 +3,7 @@ recipes differ outside precision, the more-seeds hint for NeMo RL runs, two surg
 two names, and plots that do not mislead.
 
 A run of NeMo RL's loop on CPU is laid out here as that loop leaves it: `nemo-inputs/` written by
-the real hand-over (`engines.tiny_handover.prepare`: the warm-started tiny model and the
+the real hand-over (`tiny.handover.prepare`: the warm-started tiny model and the
 problems), and NeMo RL checkpoints whose `policy/weights/model.pt` holds the CPU Megatron
 worker's state dict, built from the model's weights by the worker's own conversion
 (`engines.nemo.cpu.megatron_model.hf_to_megatron`).
@@ -31,8 +31,8 @@ def nemo_cpu_run(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
     (the start's plus 0.01: the "trained" weights), ranked by NeMo RL's `val:accuracy`."""
     from transformers import AutoConfig
 
-    from nemo_fp8_rl.engines import tiny_handover
     from nemo_fp8_rl.engines.nemo.cpu.megatron_model import hf_to_megatron, read_hf_state
+    from nemo_fp8_rl.tiny import handover as tiny_handover
 
     root = tmp_path_factory.mktemp("nemo-cpu")
     # the tiny default's validation size, whose warm-up is shipped (the NeMo recipe's 64 would
@@ -42,9 +42,11 @@ def nemo_cpu_run(tmp_path_factory) -> tuple[Path, dict[str, torch.Tensor]]:
     run.mkdir(parents=True)
     (run / "recipe.yaml").write_text(yaml.safe_dump(recipe.config))
     (run / "environment.json").write_text(
-        json.dumps({"engine": "nemo", "nemo_rl_location": "/opt/nemo-rl/nemo_rl"})
+        json.dumps(
+            {"engine": "nemo", "placement": "cpu", "nemo_rl_location": "/opt/nemo-rl/nemo_rl"}
+        )
     )
-    inputs = tiny_handover.prepare(recipe, run)
+    inputs = tiny_handover.prepare(recipe.config, run)
     hf = AutoConfig.from_pretrained(inputs["model"])
     start = read_hf_state(inputs["model"])
     trained = {k: v + 0.01 for k, v in start.items()}
@@ -134,7 +136,9 @@ def test_seed_groups_of_different_recipes_are_diffed_and_warned(tmp_path, capsys
     argv = [str(tmp_path / "bf16-10"), str(tmp_path / "fp8-150"), "--out", str(out), "--no-plots"]
     assert invoke(compare_main, argv) == 2  # refused: the recipes differ in more than precision
     refused = capsys.readouterr().err
-    assert "recipe key grpo.max_num_steps 150 here, 20 in" in refused and "--allow-unfair" in refused
+    assert (
+        "recipe key grpo.max_num_steps 150 here, 20 in" in refused and "--allow-unfair" in refused
+    )
     assert invoke(compare_main, [*argv, "--allow-unfair"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
     assert "warning not a fair precision comparison" in printed and "grpo.max_num_steps" in printed

@@ -78,8 +78,8 @@ def test_bf16_layers_follow_megatron_core(over: dict, expected: set[int]) -> Non
 
 def test_bf16_tail_recipe_keeps_the_last_layer_bf16_in_training() -> None:
     from nemo_fp8_rl.config.project import TinyModelConfig
-    from nemo_fp8_rl.engines.local.model import build_model
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.model import build_model
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     cfg = load_recipe(f"{RESCUE}/grpo-rescue-nvfp4-bf16-tail.yaml").config
     prec = TrainingPrecision.from_config(cfg)

@@ -93,3 +93,24 @@ def test_worker_side_loads_nothing_of_the_driver_when_imported() -> None:
     loaded = out.stdout.split()
     assert f"nemo_fp8_rl.engines.nemo.worker.{WORKER_SIDE[0]}" in loaded
     assert [m for m in loaded if m.startswith(DRIVER_ONLY)] == []
+
+
+def test_tiny_kit_imports_only_config() -> None:
+    """`tiny/` (the model, task, tokenizer, warm-up, sampling and hand-over every CPU run shares)
+    is its own stage: it imports nothing of the package but `config` and itself, at module level
+    or inside functions (the import contracts see only the former)."""
+    found = []
+    for path in sorted((PACKAGE / "tiny").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names += [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            found += [
+                f"{path.name}: {name}"
+                for name in names
+                if name.startswith("nemo_fp8_rl")
+                and not name.startswith(("nemo_fp8_rl.config", "nemo_fp8_rl.tiny"))
+            ]
+    assert found == []
+    assert (PACKAGE / "tiny" / "handover.py").is_file() and not (
+        PACKAGE / "engines" / "local" / "model.py"
+    ).exists()

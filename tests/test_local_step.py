@@ -14,8 +14,8 @@ from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.batch import build_batch
 from nemo_fp8_rl.engines.local.rollout import Rollout
 from nemo_fp8_rl.engines.local.runner import prepare_model
-from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
 from nemo_fp8_rl.engines.local.trainer import Trainer
+from nemo_fp8_rl.tiny.task import exact_match_reward, train_problems
 
 SMALL = [
     "grpo.num_prompts_per_step=4",

@@ -15,19 +15,19 @@ from nemo_fp8_rl.engines.local import checkpoint as ckpt
 from nemo_fp8_rl.engines.local import precision
 from nemo_fp8_rl.engines.local.advantages import baseline_and_std, grpo_advantages
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, read_metrics
-from nemo_fp8_rl.engines.local.model import build_model, token_logprobs
-from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
-from nemo_fp8_rl.engines.local.task import (
+from nemo_fp8_rl.runs import rundir
+from nemo_fp8_rl.tiny.model import build_model, token_logprobs
+from nemo_fp8_rl.tiny.sampling import SamplingParams, generate
+from nemo_fp8_rl.tiny.task import (
     exact_match_reward,
     train_problems,
     validation_problems,
 )
-from nemo_fp8_rl.engines.local.tokenizer import (
+from nemo_fp8_rl.tiny.tokenizer import (
     build_tokenizer,
     decode_completions,
     encode_prompts,
 )
-from nemo_fp8_rl.runs import rundir
 
 
 def test_tokenizer_roundtrip_and_left_padding(tmp_path):
@@ -254,8 +254,8 @@ def test_a_warmup_that_misses_its_band_is_a_located_setting_error():
     local.warmup and what to change, and is a user error (not reported as a bug)."""
     from nemo_fp8_rl.config.project import LocalConfig, WarmupConfig
     from nemo_fp8_rl.config.user_error import UserError
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-    from nemo_fp8_rl.engines.local.warmup import WarmupError, train_warmup
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.warmup import WarmupError, train_warmup
 
     local = LocalConfig(
         warmup=WarmupConfig(

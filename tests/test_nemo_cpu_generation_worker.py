@@ -43,7 +43,7 @@ def write_checkpoint(path: Path) -> Path:
     the 128x128 FP8 blocks include partial ones."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     tok.padding_side = "right"

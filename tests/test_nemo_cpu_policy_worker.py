@@ -90,8 +90,8 @@ def recipe() -> dict[str, Any]:
 def checkpoint(recipe: dict[str, Any], tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The recipe's tiny Qwen3 (random weights from the recipe seed) as an HF folder."""
     from nemo_fp8_rl.config.project import TinyModelConfig
-    from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.model import build_model, save_checkpoint
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     tokenizer = build_tokenizer()
     model = build_model(TinyModelConfig(**recipe["local"]["model"]), tokenizer, seed=3)
@@ -109,8 +109,8 @@ def policy_config(recipe: dict[str, Any], checkpoint: Path, **changes: Any) -> d
 
 
 def make_worker(cfg: dict[str, Any], cls_name: str = "CpuMegatronPolicyWorkerImpl", **kw: Any):
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
     from nemo_fp8_rl.engines.nemo.cpu import policy_worker
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     return getattr(policy_worker, cls_name)(cfg, build_tokenizer(), **kw)
 

@@ -66,9 +66,9 @@ def tiny_checkpoint(path: Path) -> Path:
     Hugging Face folder with the embedded tokenizer and NeMo RL's chat template."""
     from nemo_fp8_rl.config import load_recipe
     from nemo_fp8_rl.config.project import LocalConfig
-    from nemo_fp8_rl.engines.local.model import build_model, save_checkpoint
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-    from nemo_fp8_rl.engines.tiny_handover import CHAT_TEMPLATE
+    from nemo_fp8_rl.tiny.handover import CHAT_TEMPLATE
+    from nemo_fp8_rl.tiny.model import build_model, save_checkpoint
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     local = LocalConfig(**load_recipe("tiny-nemo/grpo-tiny-qwen3-nemo-cpu-fp8").config["local"])
     tokenizer = build_tokenizer()

@@ -57,7 +57,7 @@ class Recorder:
 
 
 def _tokenizer():
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     tok = build_tokenizer()
     tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

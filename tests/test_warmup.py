@@ -10,16 +10,16 @@ import torch
 from pydantic import ValidationError
 
 from nemo_fp8_rl.config.project import LocalConfig, WarmupConfig
-from nemo_fp8_rl.engines.local.model import build_model
 from nemo_fp8_rl.engines.local.runner import warmup_metrics
-from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-from nemo_fp8_rl.engines.local.warmup import (
+from nemo_fp8_rl.tiny.model import build_model
+from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
+from nemo_fp8_rl.tiny.warmup import (
     WarmupError,
     greedy_accuracy,
     warm_start,
     warmup_eval_problems,
 )
-from nemo_fp8_rl.engines.local.warmup_store import cache_key, config_key
+from nemo_fp8_rl.tiny.warmup_store import cache_key, config_key
 
 # one-digit addition with a 1-layer model: the phase transition comes within ~100 steps
 _SMALL = {"model": {"num_layers": 1}, "task": {"digits": 1}}
@@ -146,7 +146,7 @@ def test_the_key_holds_only_the_task_settings_the_warmup_reads():
 def test_every_tiny_recipe_starts_from_a_shipped_warmup(recipe, monkeypatch):
     """No tiny recipe trains its warm-up on first use (it took ~25 min of a first tiny-nemo run)."""
     from nemo_fp8_rl.config import load_recipe
-    from nemo_fp8_rl.engines.local import warmup_store
+    from nemo_fp8_rl.tiny import warmup_store
 
     monkeypatch.delenv("NEMO_FP8_RL_WARMUPS")
     config = load_recipe(recipe).config

@@ -20,6 +20,7 @@ from nemo_fp8_rl.analysis.health import health_notes
 from nemo_fp8_rl.analysis.recipe_diff import RecipeDiff, diff_configs, precision_of
 from nemo_fp8_rl.analysis.rundata import RunData, Series
 from nemo_fp8_rl.analysis.surge import detect_entropy_surges
+from nemo_fp8_rl.config import placement
 from nemo_fp8_rl.runs import scores
 
 TAIL_STEPS = 10  # "final" reward and entropy: mean of the last 10 logged points (one is noise)
@@ -225,7 +226,7 @@ LOAD_SLACK = 0.5
 
 def on_cpu(run: RunData) -> bool:
     """Whether `run` ran on the embedded CPU engine (its recipe has no GPUs)."""
-    return bool(run.config) and run.config.get("cluster", {}).get("gpus_per_node") == 0
+    return bool(run.config) and placement.on_cpu(run.config)
 
 
 def mean_load(run: RunData) -> float | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from nemo_fp8_rl.cli.common import ArgumentParser, run_main
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, resolve_ref, short_name
 from nemo_fp8_rl.config.commands import command
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.user_error import UsageError
 
 DESCRIPTION = """\
@@ -45,11 +46,7 @@ def _summary(ref) -> tuple[str, ...]:
     )
     rollout = vllm["precision"] + (" +kv fp8" if vllm["kv_cache_dtype"] != "auto" else "")
     cluster = cfg["cluster"]
-    where = (
-        "cpu"
-        if cluster["gpus_per_node"] == 0
-        else f"{cluster['num_nodes']}n{cluster['gpus_per_node']}g"
-    )
+    where = "cpu" if on_cpu(cfg) else f"{cluster['num_nodes']}n{cluster['gpus_per_node']}g"
     calib = "on" if cfg["loss_fn"]["calibration"]["enabled"] else "off"
     return (short_name(ref), cfg["policy"]["model_name"], where, train, rollout, calib)
 
@@ -151,7 +148,7 @@ def _show_memory(recipe, gpu: str | None) -> int:
     from nemo_fp8_rl.engines.nemo.driver.guard_rails import model_config
     from nemo_fp8_rl.guards.memory import breakdown
 
-    if recipe.config["cluster"]["gpus_per_node"] == 0:
+    if recipe.on_cpu:
         raise UsageError(
             recipe.name, "a CPU recipe has no GPU memory estimate", "name a GPU recipe"
         )

@@ -185,7 +185,7 @@ def preflight_gate(recipe, skip: bool) -> int | None:
 
     Skipped (and said so on stderr) with --no-preflight or where NeMo RL is not importable.
     """
-    if recipe.config["cluster"]["gpus_per_node"] == 0:
+    if recipe.on_cpu:
         return None  # a CPU recipe runs the embedded engine: nothing of NeMo RL to rehearse
     if skip:
         print("preflight skipped (--no-preflight): the launch was not rehearsed", file=sys.stderr)
@@ -334,7 +334,7 @@ def check_job_engine(recipe, args: argparse.Namespace) -> None:
     from nemo_fp8_rl.config.recipe import hand_set_paths
     from nemo_fp8_rl.engines.choose import check_engine
 
-    engine = "local" if recipe.config["cluster"]["gpus_per_node"] == 0 else "nemo"
+    engine = "local" if recipe.on_cpu else "nemo"
     check_engine(
         recipe,
         engine,

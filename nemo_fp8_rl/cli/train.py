@@ -116,13 +116,6 @@ def main(argv: list[str] | None = None) -> int:
         from nemo_fp8_rl.engines.local import run
     else:
         from nemo_fp8_rl.engines.nemo import run
-
-        if recipe.config["cluster"]["gpus_per_node"] == 0:  # NeMo RL's loop on this CPU
-            from nemo_fp8_rl.engines import tiny_handover
-
-            kwargs["cpu_inputs"] = lambda run_dir: tiny_handover.prepare(
-                recipe, run_dir, resume=args.resume
-            )
     previous = raise_on_sigterm()  # `kill` ends the run as Ctrl-C does (exit 130), cleanly
     try:
         run_dir = run(recipe, **kwargs)
@@ -167,7 +160,7 @@ def dry_run(recipe, requested: str, *, resume: bool = False, overwrite: bool = F
         where = (
             "in NeMo RL's CPU environment (bash scripts/nemo-rl-env.sh /path/to/nemo-rl -- "
             "python -m nemo_fp8_rl.train ...)"
-            if recipe.config["cluster"]["gpus_per_node"] == 0
+            if recipe.on_cpu
             else "where NeMo RL is installed (docs/cluster.md), or on Slurm with nemo_fp8_rl.submit"
         )
         raise EngineUnavailable(

@@ -12,6 +12,7 @@ from typing import Any
 
 from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.schema import source_of
 
 KEY = "local.fp4"
@@ -34,7 +35,7 @@ def four_bit_emulation(config: dict, prov: dict[str, str]) -> list[Problem]:
         return []
     where = source_of(prov, KEY)
     out = []
-    if _get(config, "cluster.gpus_per_node") != 0:
+    if not on_cpu(config):
         out.append(
             Problem(
                 KEY,

@@ -21,6 +21,7 @@ from nemo_fp8_rl.config.locations import (
     short_name,
 )
 from nemo_fp8_rl.config.output_paths import hand_set, place_issues
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.required_keys import check_env_names, check_missing, deleted_keys
 from nemo_fp8_rl.config.rules import check_rules
 from nemo_fp8_rl.config.schema import (
@@ -70,6 +71,11 @@ class Recipe:
         if is_missing(value):
             raise KeyError(f"{dotted} is not in recipe {self.name}")
         return value
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the recipe runs on CPU (`placement.on_cpu`)."""
+        return on_cpu(self.config)
 
     def to_yaml(self, with_sources: bool = False) -> str:
         """The resolved config as YAML; with sources, each leaf line ends with `# <file>`."""

@@ -13,6 +13,7 @@ from nemo_fp8_rl.config.engine_rules import engine_rules
 from nemo_fp8_rl.config.errors import Problem
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
 from nemo_fp8_rl.config.lowprec_rules import four_bit_emulation
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.refit_rules import quantize_on_trainer
 from nemo_fp8_rl.config.schema import source_of
 from nemo_fp8_rl.config.split_rules import precision_split
@@ -312,7 +313,7 @@ _CPU_PARALLEL = (
 
 def cpu_supported_features(config: dict, prov: dict[str, str]) -> list[Problem]:
     """On `gpus_per_node: 0` (the embedded engine) GPU-only features are refused with what to change."""
-    if _get(config, "cluster.gpus_per_node") != 0:
+    if not on_cpu(config):
         return []
     where = "cluster.gpus_per_node is 0: the embedded CPU engine"
     out = [

@@ -18,15 +18,14 @@ class EngineUnavailable(UserError):
 
 def choose_engine(recipe: Recipe, requested: str) -> str:
     """Pick `local` or `nemo` for a recipe, or explain why neither can run it."""
-    on_cpu = recipe.config["cluster"]["gpus_per_node"] == 0
-    if requested == "local" and not on_cpu:
+    if requested == "local" and not recipe.on_cpu:
         raise EngineUnavailable(
             recipe.name,
             f"asks for {recipe.config['cluster']['gpus_per_node']} GPUs per node; the local "
             "engine runs CPU recipes only (cluster.gpus_per_node: 0)",
             "use --engine nemo where NeMo RL is installed, or a recipe under recipes/tiny/",
         )
-    if requested == "local" or (requested == "auto" and on_cpu):
+    if requested == "local" or (requested == "auto" and recipe.on_cpu):
         return "local"
     from nemo_fp8_rl.engines import nemo
 

@@ -25,6 +25,7 @@ from typing import Any
 from nemo_fp8_rl.config.numbers import MAX_INT_DIGITS
 from nemo_fp8_rl.config.user_error import USAGE, CheckpointError, shown
 from nemo_fp8_rl.runs import scores as run_scores
+from nemo_fp8_rl.tiny import INPUTS
 
 _STEP = re.compile(rf"step_(\d{{1,{MAX_INT_DIGITS}}})")  # longer numbers cannot be printed
 BIAS = (
@@ -212,7 +213,7 @@ def select_nemo(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> 
 def select_nemo_cpu(run_dir: Path, selector: str, checkpointing: dict[str, Any]) -> Selection:
     """A checkpoint of a run of NeMo RL's loop on CPU; `step_0` is the handed-over model."""
     if selector == "step_0":
-        model = run_dir / "nemo-inputs" / "model"
+        model = run_dir / INPUTS / "model"
         return Selection("step_0", 0, model, checkpointing.get("metric_name") or "val:accuracy")
     return select_nemo(run_dir, selector, checkpointing)
 

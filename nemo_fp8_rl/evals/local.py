@@ -27,8 +27,8 @@ SEED = 9_001  # problem draws and sampling of the addition suite
 def load_policy(run_dir: Path, config: dict[str, Any], selection: Selection):
     """(model in BF16, tokenizer) of the selected checkpoint."""
     from nemo_fp8_rl.engines.local.checkpoint import load_checkpoint, verify_checkpoint
-    from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
     from nemo_fp8_rl.evals import nemo_cpu
+    from nemo_fp8_rl.tiny.model import policy_from_config, quiet_transformers
 
     if nemo_cpu.is_nemo_cpu_run(run_dir):  # NeMo RL's loop on CPU: Megatron-named weights
         quiet_transformers()
@@ -49,7 +49,7 @@ def load_policy(run_dir: Path, config: dict[str, Any], selection: Selection):
 
 def seen_prompts(config: dict[str, Any]) -> set[str]:
     """Every prompt the run trained on (all steps) or validated on."""
-    from nemo_fp8_rl.engines.local.task import train_problems, validation_problems
+    from nemo_fp8_rl.tiny.task import train_problems, validation_problems
 
     task = TaskConfig(**config["local"]["task"])
     n, steps = config["grpo"]["num_prompts_per_step"], config["grpo"]["max_num_steps"]
@@ -74,7 +74,7 @@ def check_count(bench: Benchmark, count: int, exclude: set[str]) -> None:
 
 def problems(bench: Benchmark, count: int, exclude: set[str]) -> tuple[list[str], list[str]]:
     """`count` distinct problems with `bench.digits`-digit operands, none in `exclude`."""
-    from nemo_fp8_rl.engines.local.task import sample_problems
+    from nemo_fp8_rl.tiny.task import sample_problems
 
     gen = torch.Generator().manual_seed(SEED + bench.digits)
     cfg = TaskConfig(digits=bench.digits)
@@ -97,9 +97,9 @@ def score(
 ) -> tuple[float, list[int]]:
     """avg@n (mean exact-match reward over `bench.samples` samples of each problem) and the
     number of correct samples of each problem."""
-    from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
-    from nemo_fp8_rl.engines.local.task import exact_match_reward
-    from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
+    from nemo_fp8_rl.tiny.sampling import SamplingParams, generate
+    from nemo_fp8_rl.tiny.task import exact_match_reward
+    from nemo_fp8_rl.tiny.tokenizer import decode_completions, encode_prompts
 
     n = bench.samples
     ids, mask = encode_prompts(tokenizer, [p for p in prompts for _ in range(n)])

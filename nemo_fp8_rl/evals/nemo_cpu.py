@@ -3,7 +3,7 @@
 Such a run is laid out as on a cluster: `checkpoints/step_<k>/training_info.json` (NeMo RL's
 checkpoint manager) and `checkpoints/step_<k>/policy/weights/model.pt`, the CPU Megatron policy
 worker's state dict (megatron-core names, FP32 master weights). Its model and data are the
-embedded default's, handed over in `nemo-inputs/` (`engines/tiny_handover.py`): the warm-started
+embedded default's, handed over in `nemo-inputs/` (`tiny/handover.py`): the warm-started
 tiny model as a Hugging Face folder and the training and validation problems as JSONL. So the
 embedded engine's evaluation scores it exactly as an embedded run: the Megatron weights are
 mapped back to Hugging Face names (`refit.names`, the mapping the refit uses), laid into the
@@ -16,16 +16,38 @@ import json
 from pathlib import Path
 
 import torch
+import yaml
 
+from nemo_fp8_rl.config.placement import CPU, placement
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.tiny import INPUTS
 
-INPUTS = "nemo-inputs"
 WEIGHTS = Path("policy") / "weights" / "model.pt"
 
 
 def is_nemo_cpu_run(run_dir: Path) -> bool:
-    """A run of NeMo RL's loop on CPU: the handed-over model folder is there."""
-    return (run_dir / INPUTS / "model" / "config.json").is_file()
+    """A run of NeMo RL's loop on CPU, as its `environment.json` records it: engine `nemo`,
+    placement `cpu` (a run written before the file recorded its placement: the placement of
+    its saved `recipe.yaml`)."""
+    env = _json(run_dir / "environment.json")
+    if env.get("engine") != "nemo":
+        return False
+    if "placement" in env:
+        return env["placement"] == CPU
+    try:
+        recipe = yaml.safe_load((run_dir / "recipe.yaml").read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(recipe, dict) and placement(recipe) == CPU
+
+
+def _json(path: Path) -> dict:
+    """The JSON object in `path` ({} when missing or not an object)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def model_dir(run_dir: Path) -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config.errors import RecipeError
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.evals.checkpoints import Selection, select_local, select_nemo, select_nemo_cpu
@@ -78,7 +79,7 @@ def _has(config: dict[str, Any], dotted: str) -> bool:
 
 def engine_of(config: dict[str, Any]) -> str:
     """`local` (CPU recipe: the embedded engine) or `nemo` (GPU recipe: NeMo RL's tools)."""
-    return "local" if config["cluster"]["gpus_per_node"] == 0 else "nemo"
+    return "local" if on_cpu(config) else "nemo"
 
 
 def extra_benchmarks(suite: Suite) -> list[str]:

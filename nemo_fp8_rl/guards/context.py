@@ -15,6 +15,7 @@ from typing import Any
 
 from nemo_fp8_rl.config.gpus import GpuType
 from nemo_fp8_rl.config.interpolate import is_missing, lookup
+from nemo_fp8_rl.config.placement import on_cpu
 
 VLLM = "policy.generation.vllm_cfg"
 MCORE = "policy.megatron_cfg"
@@ -124,7 +125,7 @@ class GuardContext:
 
     @property
     def on_gpu(self) -> bool:
-        return int(self.get("cluster.gpus_per_node", 0)) > 0
+        return not on_cpu(self.config)
 
     def megatron_env(self, name: str, default: str = "0") -> str:
         env = self.get(f"{MCORE}.env_vars") or {}

@@ -24,6 +24,7 @@ from typing import Any
 from nemo_fp8_rl.config import RecipeError, load_recipe
 from nemo_fp8_rl.config.gpus import BLACKWELL, HOPPER
 from nemo_fp8_rl.config.locations import portable_name
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.guards.context import get_key
 
 PRECISION_TOKENS = frozenset(
@@ -119,7 +120,7 @@ def sibling_line(recipe: Path | None, cfg: dict[str, Any]) -> str | None:
     """`# GPUs: Hopper only; Blackwell sibling: <name>` for `recipes show` (None: either family,
     or a CPU recipe)."""
     family = family_of(cfg)
-    if family is None or not get_key(cfg, "cluster.gpus_per_node", 0):
+    if family is None or on_cpu(cfg):
         return None
     other = BLACKWELL if family == HOPPER else HOPPER
     name = sibling_for(recipe, cfg, other) if recipe is not None else None

@@ -36,6 +36,7 @@ from nemo_fp8_rl.config.output_paths import hand_set
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.schema import PATH_KEYS
 from nemo_fp8_rl.config.user_error import UsageError
+from nemo_fp8_rl.tiny import INPUTS
 
 # What a run writes under its run directory and a new run of the same recipe clears (the
 # NeMo RL engine adds its hand-off inputs and the package link its workers import).
@@ -45,7 +46,7 @@ RUN_OUTPUTS = (
     "metrics.jsonl",
     "model",
     "environment.json",
-    "nemo-inputs",
+    INPUTS,
     "pythonpath",
 )
 # What NeMo RL writes into a hand-set folder: CheckpointManager's `step_N` and `tmp_step_N`,

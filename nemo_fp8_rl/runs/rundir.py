@@ -28,6 +28,7 @@ import yaml
 
 from nemo_fp8_rl.config.errors import RecipeError
 from nemo_fp8_rl.config.output_paths import protected_folders
+from nemo_fp8_rl.config.placement import CPU
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.safe_yaml import load_yaml_file
 from nemo_fp8_rl.config.user_error import UsageError
@@ -286,8 +287,14 @@ def read_environment(run_dir: Path) -> dict[str, Any] | None:
     return env if isinstance(env, dict) else None
 
 
-def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None:
-    """Record engine, versions, host, threads and provenance (plus `extra`) in `environment.json`.
+def write_environment(
+    run_dir: Path, engine: str, extra: dict[str, Any], placement: str = CPU
+) -> None:
+    """Record engine, placement, versions, host, threads and provenance (plus `extra`) in
+    `environment.json`.
+
+    `placement` is where the run was placed, `cpu` or `gpu` (`config.placement`; the embedded
+    engine runs on CPU): readers of a finished run (`evals`) take it from here.
 
     `started_at` is when this process first wrote the file; `updated_at`, this write.
     `provenance` (`runs.provenance.snapshot`: code commit and dirty tree, time, 1-minute load,
@@ -303,6 +310,7 @@ def write_environment(run_dir: Path, engine: str, extra: dict[str, Any]) -> None
     start = (earlier.get("provenance") or {}).get("start")
     env = {
         "engine": engine,
+        "placement": placement,
         "started_at": earlier.get("started_at") or now,
         "updated_at": now,
         "pid": os.getpid(),

@@ -62,12 +62,12 @@ def pass_at_k_run(run_dir: Path) -> dict:
 
     from nemo_fp8_rl.config.project import TaskConfig
     from nemo_fp8_rl.config.safe_files import write_atomic
-    from nemo_fp8_rl.engines.local.task import validation_problems
     from nemo_fp8_rl.evals import local
     from nemo_fp8_rl.evals.checkpoints import select_local
     from nemo_fp8_rl.evals.passk import pass_at_k
     from nemo_fp8_rl.evals.request import read_run_config
     from nemo_fp8_rl.evals.suites import Benchmark, Sampling, Suite
+    from nemo_fp8_rl.tiny.task import validation_problems
 
     spec = endpoints.load().dose.pass_at_k
     config = read_run_config(run_dir)

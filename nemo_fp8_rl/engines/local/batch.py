@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from nemo_fp8_rl.engines.local.sampling import Generation
+from nemo_fp8_rl.tiny.sampling import Generation
 
 KEYS = (
     "input_ids",

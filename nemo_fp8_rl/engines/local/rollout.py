@@ -14,11 +14,11 @@ import torch
 
 from nemo_fp8_rl.config.project import TaskConfig
 from nemo_fp8_rl.engines.local import bf16_scoring, precision
-from nemo_fp8_rl.engines.local.model import policy_from_config, quiet_transformers
-from nemo_fp8_rl.engines.local.sampling import Generation, SamplingParams, generate
-from nemo_fp8_rl.engines.local.task import exact_match_reward, validation_problems
-from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
 from nemo_fp8_rl.refit import ModuleReceiver
+from nemo_fp8_rl.tiny.model import policy_from_config, quiet_transformers
+from nemo_fp8_rl.tiny.sampling import Generation, SamplingParams, generate
+from nemo_fp8_rl.tiny.task import exact_match_reward, validation_problems
+from nemo_fp8_rl.tiny.tokenizer import decode_completions, encode_prompts
 
 
 class Rollout:

@@ -29,16 +29,16 @@ from nemo_fp8_rl.engines.local.advantages import grpo_advantages
 from nemo_fp8_rl.engines.local.backends import open_sinks
 from nemo_fp8_rl.engines.local.batch import build_batch, num_tokens
 from nemo_fp8_rl.engines.local.metrics import MetricsLogger, ProgressBar, read_metrics
-from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
 from nemo_fp8_rl.engines.local.recipe_checks import refuse_hand_set_paths as refuse_hand_set_paths
-from nemo_fp8_rl.engines.local.task import exact_match_reward, train_problems
-from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-from nemo_fp8_rl.engines.local.warmup import warm_start
 from nemo_fp8_rl.guards.breach import HealthBreach, breach_error, health_table, on_breach
 from nemo_fp8_rl.guards.health import HealthEvent, HealthMonitor, precision_of
 from nemo_fp8_rl.guards.served import ServedCounts, check_served
 from nemo_fp8_rl.runs import lock, rundir
 from nemo_fp8_rl.runs.ray_start import start_ray
+from nemo_fp8_rl.tiny.model import build_model, quiet_transformers, save_checkpoint
+from nemo_fp8_rl.tiny.task import exact_match_reward, train_problems
+from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
+from nemo_fp8_rl.tiny.warmup import warm_start
 
 
 def _sampling_seed(seed: int, step: int) -> int:

@@ -26,14 +26,14 @@ import torch
 from nemo_fp8_rl.calibration import diagnostics as diag
 from nemo_fp8_rl.engines.local import bf16_scoring, precision
 from nemo_fp8_rl.engines.local.batch import select
-from nemo_fp8_rl.engines.local.model import (
+from nemo_fp8_rl.loss import CalibratedClippedPGLoss, derive_sign_fractions
+from nemo_fp8_rl.refit import RefitPlan, stream_refit
+from nemo_fp8_rl.tiny.model import (
     load_weights,
     policy_from_config,
     quiet_transformers,
     token_logprobs,
 )
-from nemo_fp8_rl.loss import CalibratedClippedPGLoss, derive_sign_fractions
-from nemo_fp8_rl.refit import RefitPlan, stream_refit
 
 _EXTREMES = {"probs_ratio_min": min, "probs_ratio_clamped_min": min}
 _EXTREMES |= {"probs_ratio_max": max, "probs_ratio_clamped_max": max}

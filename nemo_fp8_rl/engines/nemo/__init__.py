@@ -22,7 +22,6 @@ it is called.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,11 +54,8 @@ def run(
     resume: bool = False,
     progress: bool = True,
     overwrite: bool = False,
-    cpu_inputs: Callable[[Path], dict[str, str]] | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL; see `driver.runner.run`."""
     from nemo_fp8_rl.engines.nemo.driver.runner import run as _run
 
-    return _run(
-        recipe, resume=resume, progress=progress, overwrite=overwrite, cpu_inputs=cpu_inputs
-    )
+    return _run(recipe, resume=resume, progress=progress, overwrite=overwrite)

@@ -10,7 +10,7 @@ builds vLLM `SamplingParams` from `policy.generation`; it returns a `GenerationO
 * `generation_lengths`, `unpadded_sequence_lengths` (prompt + generation) int64, `truncated`
   (the row hit its token limit without a stop) bool.
 
-This module maps one onto the other for `nemo_fp8_rl.engines.sampling`: temperature 0 and
+This module maps one onto the other for `nemo_fp8_rl.tiny.sampling`: temperature 0 and
 top-k 1 when greedy; `top_k: null` as no top-k; stop at `stop_token_ids` and the model's EOS
 (unless `ignore_eos`), at `stop_strings` (config and per sample; the stop string stays in the
 output); at most `max_new_tokens`, and never past `vllm_cfg.max_model_len`; log-probs as
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.engines.sampling import Generation, SamplingParams, StopFn
+from nemo_fp8_rl.tiny.sampling import Generation, SamplingParams, StopFn
 
 
 class GenerationConfigError(UserError, ValueError):

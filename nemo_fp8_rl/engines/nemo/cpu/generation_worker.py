@@ -7,7 +7,7 @@ injects, but its `_load_weights` fails on version skew (v0.7.0 pins vLLM 0.20.0)
 block-FP8 models fail on CPU ("Failed to find a kernel that can implement the ScaledMM linear
 layer"). So this worker serves the same weights itself (`served_model`: the HF checkpoint,
 FP8 layers as NeMo RL's vLLM FP8 path loads them, W8A8 and FP8 KV-cache emulation) and
-samples with the shared loop (`nemo_fp8_rl.engines.sampling`).
+samples with the shared loop (`nemo_fp8_rl.tiny.sampling`).
 
 NeMo RL's real `VllmGeneration` builds it through `RayWorkerBuilder`/`RayWorkerGroup` when
 `worker_choice.cpu_generation_worker()` answers NeMo RL's `resolve_generation_worker_cls` hook: the
@@ -43,9 +43,9 @@ from nemo_fp8_rl.engines.nemo.cpu import generation_io as gio
 from nemo_fp8_rl.engines.nemo.cpu import served_model as sm
 from nemo_fp8_rl.engines.nemo.cpu.device import device_uuid
 from nemo_fp8_rl.engines.nemo.cpu.served_model import SERVED, SERVED_FIX, ServedModel
-from nemo_fp8_rl.engines.sampling import generate
 from nemo_fp8_rl.fp8 import FP8Spec
 from nemo_fp8_rl.refit.errors import RefitMismatch
+from nemo_fp8_rl.tiny.sampling import generate
 
 MODULE = "nemo_fp8_rl.engines.nemo.cpu.generation_worker"
 GENERATOR_WORKER_FQN = f"{MODULE}.CpuGenerationWorker"

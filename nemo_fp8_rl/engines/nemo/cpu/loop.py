@@ -10,7 +10,7 @@ each written into the hand-off config (`nemo_rl_config.yaml`) so the run dir say
   (`policy.generation.colocated.resources.gpus_per_node: 1`), refitted by NeMo RL's collective
   path over gloo (`collective`) and served by the async CPU worker (`async_generation_worker`);
 * `policy.model_name` / `policy.tokenizer.name`: the warm-started tiny checkpoint, and
-  `data.{train,validation}.data_path`: the task's JSONL files (`engines.tiny_handover`);
+  `data.{train,validation}.data_path`: the task's JSONL files (`tiny.handover`);
 * the policy and generation workers are the CPU ones (`POLICY_WORKER`, `GENERATION_WORKERS`):
   generation on NeMo RL's own vLLM worker over vLLM's CPU build where it can run, else on the
   stand-in (`vllm_choice` decides and says why);
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,7 +68,7 @@ def logical_gpus(config: dict[str, Any]) -> int:
 def cpu_config(
     config: dict[str, Any], inputs: dict[str, str], real_vllm: bool = False
 ) -> dict[str, Any]:
-    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny_handover`;
+    """The hand-off config with the CPU loop's values (a copy; `inputs` from `tiny.handover`;
     `real_vllm`: generation on real vLLM, `vllm_choice`)."""
     out = copy.deepcopy(config)
     if real_vllm:
@@ -155,24 +154,21 @@ def check_cpu_recipe(config: dict[str, Any]) -> list[str]:
 class CpuLoop:
     """NeMo RL's loop on this CPU machine, as the runner's platform (`driver.platform`).
 
-    `inputs(run_dir)` writes the model and data the run trains on (`engines.tiny_handover`)
-    and returns their paths (`cpu_config`); it is called once the run directory is set up.
+    The model and data the run trains on are the tiny kit's hand-over (`tiny.handover.prepare`
+    of the recipe's whole config `recipe_config`, whose `local` section the hand-off leaves out;
+    written into the run directory with the hand-off; `resume`: a resumed run, whose training
+    prompt file must keep its size).
     """
 
-    def __init__(self, inputs: Callable[[Path], dict[str, str]] | None) -> None:
-        self.inputs = inputs
+    def __init__(self, recipe_config: dict[str, Any], resume: bool = False) -> None:
+        self.recipe_config = recipe_config
+        self.resume = resume
         self.real_vllm = False  # decided with the hand-off (`generation_choice`)
         self.reason = "not decided yet (before the hand-off)"
 
     def problems(self, config: dict[str, Any]) -> list[str]:
         """What stops the recipe on the CPU loop (`check_cpu_recipe`)."""
         return check_cpu_recipe(config)
-
-    def missing_inputs(self) -> list[str]:
-        """The model and data the CPU loop trains on, when the caller gave no way to write them."""
-        if self.inputs is None:
-            return ["a CPU recipe on NeMo RL's loop needs its model and data (cpu_inputs)"]
-        return []
 
     def set_environment(self) -> None:
         """`cluster.set_environment` (before NeMo RL is imported)."""
@@ -182,11 +178,12 @@ class CpuLoop:
 
     def handoff(self, config: dict[str, Any], run_dir: Path) -> dict[str, Any]:
         """The hand-off with the CPU loop's values and the inputs written into `run_dir`."""
-        if self.inputs is None:
-            raise ValueError("the CPU loop needs its model and data (cpu_inputs)")
+        from nemo_fp8_rl.tiny import handover
+
         choice = generation_choice(config)
         self.real_vllm, self.reason = choice.real_vllm, choice.reason
-        return cpu_config(config, self.inputs(run_dir), self.real_vllm)
+        inputs = handover.prepare(self.recipe_config, run_dir, resume=self.resume)
+        return cpu_config(config, inputs, self.real_vllm)
 
     def served(self) -> dict[str, Any]:
         """The generator that serves this run's rollouts (`vllm_choice.served_record`)."""

@@ -4,7 +4,6 @@ The runner drives NeMo RL the same way on both (hand-off, `grpo.setup`, the subs
 `grpo_train`); a `Platform` answers the few questions whose answers differ:
 
 * `problems(config)`: what it refuses in a recipe, beyond the engine's own checks;
-  `missing_inputs()`: what the caller still has to give it before a run can start;
 * `set_environment()`: process environment NeMo RL must see before it is imported;
 * `handoff(config, run_dir)`: the master config NeMo RL runs (the runner writes it to the run
   directory when it differs from the hand-off);
@@ -22,25 +21,21 @@ place the CPU loop enters the driver.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from nemo_fp8_rl.config.placement import on_cpu
 from nemo_fp8_rl.engines.nemo.driver.refit_workers import (
     make_policy_factory,
     policy_worker_fqn,
     trainer_generation_worker,
 )
 
-CpuInputs = Callable[[Path], dict[str, str]]
-
 
 class Platform(Protocol):
     """Where a NeMo RL run is placed (module docstring)."""
 
     def problems(self, config: dict[str, Any]) -> list[str]: ...
-
-    def missing_inputs(self) -> list[str]: ...
 
     def set_environment(self) -> None: ...
 
@@ -63,10 +58,6 @@ class GpuCluster:
 
     def problems(self, config: dict[str, Any]) -> list[str]:
         """Nothing beyond the engine's own checks."""
-        return []
-
-    def missing_inputs(self) -> list[str]:
-        """Nothing: the recipe names its model and data."""
         return []
 
     def set_environment(self) -> None:
@@ -102,11 +93,12 @@ class GpuCluster:
         return served_record(True, "NeMo RL's vLLM worker on the GPU cluster", "gpu")
 
 
-def platform_for(config: dict[str, Any], cpu_inputs: CpuInputs | None = None) -> Platform:
-    """`GpuCluster` for a GPU recipe; for `cluster.gpus_per_node: 0`, NeMo RL's loop on this
-    machine (`cpu.loop.CpuLoop`), trained on what `cpu_inputs(run_dir)` writes."""
-    if config["cluster"]["gpus_per_node"] >= 1:
+def platform_for(config: dict[str, Any], resume: bool = False) -> Platform:
+    """`GpuCluster` for a GPU recipe; for a CPU recipe (`config.placement.on_cpu`), NeMo RL's loop
+    on this machine (`cpu.loop.CpuLoop`), trained on the tiny kit's hand-over (`resume`: of a
+    resumed run)."""
+    if not on_cpu(config):
         return GpuCluster()
     from nemo_fp8_rl.engines.nemo.cpu.loop import CpuLoop
 
-    return CpuLoop(cpu_inputs)
+    return CpuLoop(config, resume)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_fp8_rl.config import Recipe
+from nemo_fp8_rl.config.placement import placement
 from nemo_fp8_rl.engines.nemo.driver import compat, worker_faults
 from nemo_fp8_rl.engines.nemo.driver.async_loop import training_loop
 from nemo_fp8_rl.engines.nemo.driver.checkpoint import load_calibrator_state
@@ -39,7 +40,7 @@ from nemo_fp8_rl.engines.nemo.driver.handoff import (
     write_handoff,
 )
 from nemo_fp8_rl.engines.nemo.driver.metrics_log import BreachStop, MetricsTee, health_monitor
-from nemo_fp8_rl.engines.nemo.driver.platform import CpuInputs, Platform, platform_for
+from nemo_fp8_rl.engines.nemo.driver.platform import Platform, platform_for
 from nemo_fp8_rl.engines.nemo.driver.recipe_checks import (
     EngineConfigError as EngineConfigError,
 )
@@ -104,10 +105,12 @@ def prepare_run_dir(recipe: Recipe, resume: bool, overwrite: bool = False) -> Pa
 def write_environment(
     run_dir: Path,
     info: compat.NemoRLInfo,
+    where: str,
     seconds: dict[str, float] | None = None,
     served: dict[str, Any] | None = None,
 ) -> None:
-    """environment.json: versions, host, engine, which NeMo RL ran (version, folder, and its
+    """environment.json: versions, host, engine, where the run was placed (`where`: `cpu` for
+    NeMo RL's loop on this machine, `gpu`), which NeMo RL ran (version, folder, and its
     tree's commit and source digest, `served_by.tree_revision`), which generator served
     (`served`, once the hand-off decided it), and (once known) the seconds of each stage of
     the run (`seconds`: the hand-off (on the CPU loop: the model and its warm-up), Ray's start,
@@ -123,7 +126,7 @@ def write_environment(
         extra["generator"] = served
     if seconds is not None:
         extra["seconds"] = seconds
-    rundir.write_environment(run_dir, "nemo", extra)
+    rundir.write_environment(run_dir, "nemo", extra, placement=where)
 
 
 def _call_with_supported(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -339,19 +342,18 @@ def run(
     resume: bool = False,
     progress: bool = True,
     overwrite: bool = False,
-    cpu_inputs: CpuInputs | None = None,
 ) -> Path:
     """Run `recipe` on NeMo RL (GRPO, Megatron-Core policy, vLLM generation); returns the run dir.
 
-    A CPU recipe runs NeMo RL's loop on this machine (`platform_for`): `cpu_inputs(run_dir)` writes the
-    model and data it trains on (`engines.tiny_handover.prepare`) once the run dir is set up.
+    A CPU recipe runs NeMo RL's loop on this machine (`platform_for`), trained on the tiny kit's
+    hand-over (`tiny.handover.prepare`), written once the run dir is set up.
     Raises EngineConfigError (recipe problems, all listed) or RuntimeError (no supported NeMo
     RL) before anything is started, and `lock.RunDirBusy` while another process trains in the
     run dir (the lock is held until this returns). `progress` is accepted for symmetry with
     the embedded engine; NeMo RL prints its own progress.
     """
-    platform = platform_for(recipe.config, cpu_inputs)
-    problems = check_recipe(recipe, platform) + platform.missing_inputs()
+    platform = platform_for(recipe.config, resume)
+    problems = check_recipe(recipe, platform)
     if problems:
         raise EngineConfigError(recipe.name, "cannot run on the NeMo RL engine", problems)
     locked = Path(recipe.run_dir).resolve()
@@ -361,17 +363,17 @@ def run(
         info = compat.require_supported()
         _refuse_mx_problems(recipe, info)
         run_dir = prepare_run_dir(recipe, resume, overwrite)
-        write_environment(run_dir, info)
+        write_environment(run_dir, info, placement(recipe.config))
         export_package_path(run_dir)
         print(f"{info.describe()}; run dir {run_dir}", flush=True)
         t0 = time.perf_counter()
         prepared = _prepare_nemo(recipe, platform)
-        write_environment(run_dir, info, served=platform.served())
+        write_environment(run_dir, info, placement(recipe.config), served=platform.served())
         t_prepared = time.perf_counter()
         _train(recipe, run_dir, prepared, platform)
         end = time.perf_counter()
         seconds = {**prepared.seconds, "setup_and_training": end - t_prepared, "total": end - t0}
-        write_environment(run_dir, info, seconds, platform.served())
+        write_environment(run_dir, info, placement(recipe.config), seconds, platform.served())
     finally:
         platform.stop_ray()
         lock.release(locked)

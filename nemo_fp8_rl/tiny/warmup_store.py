@@ -45,7 +45,7 @@ from nemo_fp8_rl.config.safe_files import located_disk_full, write_atomic
 KEY_VERSION = 3
 # the task settings the warm-up reads (`warmup.train_warmup`, `warmup.warmup_eval_problems`)
 WARMUP_TASK_FIELDS = ("name", "digits", "validation_seed")
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def shipped_root() -> Path:

@@ -22,11 +22,11 @@ from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 from nemo_fp8_rl.config.project import LocalConfig
 from nemo_fp8_rl.config.user_error import UserError
-from nemo_fp8_rl.engines.local import warmup_store
-from nemo_fp8_rl.engines.local.model import load_untied_state, token_logprobs, untied_state
-from nemo_fp8_rl.engines.local.sampling import SamplingParams, generate
-from nemo_fp8_rl.engines.local.task import Problems, exact_match_reward, sample_problems
-from nemo_fp8_rl.engines.local.tokenizer import decode_completions, encode_prompts
+from nemo_fp8_rl.tiny import warmup_store
+from nemo_fp8_rl.tiny.model import load_untied_state, token_logprobs, untied_state
+from nemo_fp8_rl.tiny.sampling import SamplingParams, generate
+from nemo_fp8_rl.tiny.task import Problems, exact_match_reward, sample_problems
+from nemo_fp8_rl.tiny.tokenizer import decode_completions, encode_prompts
 
 WARMUP_EVAL_SEED_OFFSET = 7_777
 

@@ -21,7 +21,7 @@ from transformers import (
 
 from nemo_fp8_rl.config.project import TinyModelConfig
 from nemo_fp8_rl.config.safe_files import write_folder
-from nemo_fp8_rl.engines.sampling import position_ids
+from nemo_fp8_rl.tiny.sampling import position_ids
 
 
 def quiet_transformers() -> None:
@@ -105,7 +105,7 @@ def policy_from_config(
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from nemo_fp8_rl.config.project import LocalConfig
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
 
     if model_dir is not None:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

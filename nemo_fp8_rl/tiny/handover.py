@@ -21,11 +21,10 @@ from typing import Any
 
 import torch
 
-from nemo_fp8_rl.config import Recipe
 from nemo_fp8_rl.config.safe_files import write_atomic
 from nemo_fp8_rl.config.user_error import UserError
+from nemo_fp8_rl.tiny import INPUTS
 
-INPUTS = "nemo-inputs"
 CHAT_TEMPLATE = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
 
 
@@ -37,7 +36,7 @@ def _write_jsonl(path: Path, prompts: list[str], answers: list[str]) -> None:
 
 def _train_problems(local: Any, count: int) -> tuple[list[str], list[str]]:
     """`count` training problems drawn from the task's train seed (distinct from validation)."""
-    from nemo_fp8_rl.engines.local.task import sample_problems
+    from nemo_fp8_rl.tiny.task import sample_problems
 
     gen = torch.Generator().manual_seed(local.task.train_seed * 1_000_003)
     problems = sample_problems(local.task, count, gen)
@@ -85,18 +84,18 @@ def check_resume_data(train: Path, count: int, grpo: dict[str, Any]) -> None:
     )
 
 
-def prepare(recipe: Recipe, run_dir: Path, resume: bool = False) -> dict[str, str]:
+def prepare(cfg: dict[str, Any], run_dir: Path, resume: bool = False) -> dict[str, str]:
     """Write the warm-started model and the data files; returns their paths (`model`, `train`,
     `validation`) and the warm-up's source (`warmup`: shipped, cache or computed). A `resume`
-    whose training prompt file would change size is refused first (`check_resume_data`)."""
+    whose training prompt file would change size is refused first (`check_resume_data`).
+    `cfg` is the resolved recipe's config (its `local` and `grpo` sections are read)."""
     from nemo_fp8_rl.config.project import LocalConfig
-    from nemo_fp8_rl.engines.local.model import build_model, quiet_transformers, save_checkpoint
-    from nemo_fp8_rl.engines.local.task import validation_problems
-    from nemo_fp8_rl.engines.local.tokenizer import build_tokenizer
-    from nemo_fp8_rl.engines.local.warmup import warm_start
+    from nemo_fp8_rl.tiny.model import build_model, quiet_transformers, save_checkpoint
+    from nemo_fp8_rl.tiny.task import validation_problems
+    from nemo_fp8_rl.tiny.tokenizer import build_tokenizer
+    from nemo_fp8_rl.tiny.warmup import warm_start
 
     quiet_transformers()
-    cfg = recipe.config
     local = LocalConfig(**cfg["local"])
     seed = cfg["grpo"]["seed"]
     folder = run_dir / INPUTS
