@@ -81,3 +81,16 @@ def test_an_fp8_export_that_keeps_every_layer_bf16_is_refused(tmp_path, hf_sourc
     argv = ["export", str(src), str(out), "--first-bf16", str(layers + 997)]
     refused(refit_cli.main, argv, capsys, "no FP8 weight", "--first-bf16")
     assert not out.exists()
+
+
+def test_submit_takes_a_nemo_rl_config_as_train_does(tmp_path, capsys):
+    from test_nemo_import_cli import _nemo_shaped
+
+    src = _nemo_shaped(tmp_path)
+    argv = ["--config", str(src), "--account", "a", "--partition", "p", "--dry-run",
+            "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    code = invoke(submit_cli.main, argv)
+    err = capsys.readouterr().err
+    assert "is a NeMo RL config: imported as a recipe" in err, err
+    assert "refit: missing" not in err and "Traceback" not in err
+    assert code == 0, err  # the dry run renders the job script

@@ -36,7 +36,8 @@ from nemo_fp8_rl.cli.common import (
     run_main,
 )
 from nemo_fp8_rl.cli.submit_jobs import JOB_COMMANDS, job_parser, run_job_command
-from nemo_fp8_rl.config import RecipeError, load_recipe
+from nemo_fp8_rl.config import RecipeError
+from nemo_fp8_rl.config.nemo_import import load_recipe_or_import
 from nemo_fp8_rl.config.safe_files import check_folder, write_atomic
 from nemo_fp8_rl.config.user_error import UsageError
 from nemo_fp8_rl.engines.choose import EngineUnavailable
@@ -244,7 +245,7 @@ def run_submit(args: argparse.Namespace) -> int:
             "--resume", "continues a run and --overwrite starts it over", "give one of them"
         )
     args.overrides = [*args.overrides, *gpu_overrides(args)]
-    recipe = load_recipe(args.recipe, args.overrides, run_dir=args.run_dir)
+    recipe = load_recipe_or_import(args.recipe, args.overrides, run_dir=args.run_dir)
     flags = {
         **_job_flags(args),
         "nodes": args.nodes,
