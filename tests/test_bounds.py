@@ -148,3 +148,16 @@ def test_an_eval_result_that_is_a_pipe_is_refused_without_blocking(tmp_path):
     os.mkfifo(tmp_path / "cpu.last.json")
     with pytest.raises(EvalReadError, match="named pipe"):
         read_result(tmp_path / "cpu.last.json")
+
+
+@pytest.mark.parametrize("score", ["NaN", "1.5", "-0.1", "Infinity", "true"])
+def test_an_eval_score_outside_0_1_is_refused_not_compared(score, tmp_path):
+    from nemo_fp8_rl.evals.results import EvalReadError, read_result
+
+    path = tmp_path / "addition.last.json"
+    path.write_text(
+        '{"suite": "addition", "run": "r", "checkpoint": {"selector": "last", "step": 2}, '
+        f'"benchmarks": {{"add2": {{"score": {score}}}}}}}'
+    )
+    with pytest.raises(EvalReadError, match=r"benchmarks\.add2\.score .* not a share in \[0, 1\]"):
+        read_result(path)

@@ -148,6 +148,12 @@ def read_result(path: Path) -> dict[str, Any]:
     )
     if not scores_ok:
         raise EvalReadError(path, "benchmarks: expected name -> {score, ...}", _REREAD)
+    for name, bench in benchmarks.items():  # a score is a share of problems solved
+        score = bench["score"]
+        if isinstance(score, bool) or not (math.isfinite(score) and 0 <= score <= 1):
+            raise EvalReadError(
+                path, f"benchmarks.{name}.score is {score!r}, not a share in [0, 1]", _REREAD
+            )
     return data
 
 
