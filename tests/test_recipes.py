@@ -15,7 +15,9 @@ RECIPES = find_recipes()
 STUDY = [p for p in RECIPES if p.parent.name == "study"]
 # recipes/study/dose/: the precision dose study's recipes (scripts/dose_study.py)
 DOSE = [p for p in RECIPES if p.parent.name == "dose" and p.parent.parent.name == "study"]
-MODEL_RECIPES = [p for p in RECIPES if p not in STUDY and p not in DOSE]
+# recipes/study/rescue/: the 4-bit rescue study's arms (scripts/rescue_study.py)
+RESCUE = [p for p in RECIPES if p.parent.name == "rescue" and p.parent.parent.name == "study"]
+MODEL_RECIPES = [p for p in RECIPES if p not in STUDY and p not in DOSE and p not in RESCUE]
 STUDY_NAME = re.compile(r"^grpo-study-(?P<variant>bf16|fp8(-[a-z0-9\-]+)?)$")
 DOSE_NAME = re.compile(r"^grpo-dose-(bf16|(?P<fmt>fp8-block|mxfp8|nvfp4|mxfp4)(-uncalibrated)?)$")
 NAME = re.compile(
@@ -111,7 +113,7 @@ def test_recipe_is_minimal(path):
 
 
 def _pairs():
-    for path in (p for p in RECIPES if p not in DOSE):  # the dose arms: their own test
+    for path in (p for p in RECIPES if p not in DOSE and p not in RESCUE):  # their own tests
         variant = (STUDY_NAME if path in STUDY else NAME).match(path.stem)["variant"]
         if variant.startswith("fp8"):
             sibling = path.with_name(path.stem.replace(f"-{variant}", "-bf16") + ".yaml")
@@ -384,3 +386,34 @@ def test_four_bit_overlay_on_a_gpu_recipe_is_refused(tmp_path):
     child.write_text(f"defaults:\n  - {bf16}\n  - {overlay}\n")
     with pytest.raises(ValueError, match="nvfp4 emulation runs on the embedded CPU engine only"):
         load_recipe(child)
+
+
+# What each rescue arm may change on the dose arm it names as its parent (endpoints.yaml rescue:).
+RESCUE_KEYS = {
+    "noclip": ("loss_fn.ratio_clip_min", "loss_fn.ratio_clip_max"),
+    "unfloored": ("loss_fn.calibration.low_floor",),
+    "bf16-tail": ("policy.megatron_cfg.model_overrides.",
+                  "policy.generation.vllm_cfg.num_last_layers_in_bf16"),
+    "token-scale": ("local.fp4_activation_scale",),
+    "four-over-six": ("local.fp4_four_over_six",),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("path", RESCUE, ids=short_name)
+def test_rescue_arms_change_only_what_their_design_names(path):
+    from nemo_fp8_rl.study import rescue_report
+
+    arm = path.stem.removeprefix("grpo-rescue-")
+    assert arm in rescue_report.arms(), f"{path.name}: not an arm of endpoints.yaml rescue:"
+    kind = next(k for k in RESCUE_KEYS if arm.endswith(k))
+    import yaml
+
+    first = yaml.safe_load(path.read_text())["defaults"][0]  # the dose arm it builds on
+    parent = (path.parent / first).resolve()
+    assert parent.parent.name == "dose"
+    a, b = ({k: v for k, v in flat(load_recipe(p).config).items() if v != {}}
+            for p in (parent, path))  # fmt: skip
+    differing = sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+    named = [k for k in differing if not k.startswith(("logger.", "checkpointing.checkpoint_dir"))]
+    assert named and all(k.startswith(RESCUE_KEYS[kind]) for k in named), named
+    assert len(RESCUE) == 9
