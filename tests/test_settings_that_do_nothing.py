@@ -29,8 +29,6 @@ def test_a_zero_that_does_nothing_is_refused(key, says):
     assert key in text and says in text and "Fix:" in text
 
 
-@pytest.mark.parametrize(
-    "override", ["checkpointing.keep_top_k=1", "checkpointing.save_period=1"]
-)
+@pytest.mark.parametrize("override", ["checkpointing.keep_top_k=1", "checkpointing.save_period=1"])
 def test_the_meaningful_values_stay_accepted(override):
     load_recipe(GPU, [override])
