@@ -109,7 +109,7 @@ def finished(run_dir: Path) -> bool:
 def pass_at_k_all(out: Path, runs: str = "grpo-dose-*") -> int:
     """`pass_at_k_run` for every finished run under `out/<runs>/` (a glob of run names) that
     has none yet; returns 0."""
-    for run_dir in sorted(out.glob(f"{runs}/seed-*")):
+    for run_dir in sorted(p for p in out.glob(f"{runs}/seed-*") if p.is_dir()):
         if (run_dir / "dose_passk.json").exists() or not finished(run_dir):
             continue
         res = pass_at_k_run(run_dir)
@@ -122,6 +122,16 @@ ARCHIVED = (
 )  # fmt: skip
 
 
+def _engine_provenance(run_dir: Path) -> str:
+    """A run's provenance as its engine recorded it (`environment.json`), for a run whose
+    launcher ended before writing `study_provenance.json`."""
+    import json
+
+    env = json.loads((run_dir / "environment.json").read_text(encoding="utf-8"))
+    record = {**env["provenance"], "source": "environment.json (the launcher ended first)"}
+    return json.dumps(record, indent=1) + "\n"
+
+
 def archive(out: Path, dest: Path = ARCHIVE, runs: str = "grpo-dose-*") -> list[Path]:
     """Copy each finished run under `out/<runs>/` (a glob of run names): its metrics (gzip,
     mtime 0), pass@k, wall time and provenance, to `dest` (each file written atomically, never
@@ -132,7 +142,7 @@ def archive(out: Path, dest: Path = ARCHIVE, runs: str = "grpo-dose-*") -> list[
     from nemo_fp8_rl.config.safe_files import write_atomic
 
     written = []
-    for run_dir in sorted(out.glob(f"{runs}/seed-*")):
+    for run_dir in sorted(p for p in out.glob(f"{runs}/seed-*") if p.is_dir()):
         if not finished(run_dir) or not (run_dir / "dose_passk.json").exists():
             print(f"skipped  {run_dir.parent.name}/{run_dir.name} (unfinished or no pass@k)")
             continue
@@ -147,6 +157,8 @@ def archive(out: Path, dest: Path = ARCHIVE, runs: str = "grpo-dose-*") -> list[
         for name in ARCHIVED[1:]:
             if (run_dir / name).exists():
                 write_atomic(target / name, (run_dir / name).read_bytes())
+        if not (run_dir / ARCHIVED[-1]).exists():
+            write_atomic(target / ARCHIVED[-1], _engine_provenance(run_dir))
         written.append(target)
         print(f"archived {run_dir.parent.name}/{run_dir.name}")
     return written

@@ -132,7 +132,9 @@ def verdict(comps: list[Comparison]) -> str:
             if c.name.startswith("mediation")
             else "it gives accuracy back"
         )
-        if shown:
+        if not math.isfinite(c.holm_p):
+            lines.append(f"- {c.name}: no test yet ({_fmt(c.interval)}: one paired seed).")
+        elif shown:
             lines.append(f"- {c.name}: {what} ({_fmt(c.interval)}, Holm p {c.holm_p:.3f}).")
         else:
             up = c.interval.high
@@ -141,6 +143,12 @@ def verdict(comps: list[Comparison]) -> str:
                 f"- {c.name}: not shown ({_fmt(c.interval)}, Holm p {c.holm_p:.3f}){bound}."
             )
     return "\n".join(lines) if lines else "- no decision comparison has two paired seeds yet."
+
+
+def interim(table: dict[str, dict[int, dict]]) -> bool:
+    """True while some arm of the design lacks a seed: the rule's verdict is not yet made."""
+    seeds = set(endpoints.load().rescue.seeds)
+    return any(seeds - set(table.get(arm, {})) for arm in arms())
 
 
 def comparison_table(comps: list[Comparison]) -> str:
@@ -180,7 +188,10 @@ def markdown(archive: Path = ARCHIVE) -> str:
             "Comparisons of the primary endpoint (accuracy gain from step 0, BF16-scored), "
             "paired by seed; intervals unadjusted, the decision family Holm-adjusted:",
             comparison_table(comps),
-            "Verdict by the pre-registered rule:",
+            "Interim reading by the pre-registered rule (the design is incomplete: the verdict "
+            "is the one made with every seed, and the Holm family grows with the arms run):"
+            if interim(table)
+            else "Verdict by the pre-registered rule:",
             verdict(comps),
             missing(table),
         ]
