@@ -9,19 +9,23 @@ import pytest
 import yaml
 
 from nemo_fp8_rl.config import RecipeError, find_recipes, load_recipe, short_name
+from nemo_fp8_rl.config.schema import PROJECT_SECTIONS
 from nemo_fp8_rl.engines.nemo import to_nemo_config
 from nemo_fp8_rl.engines.nemo.driver import runner
 from nemo_fp8_rl.engines.nemo.driver.handoff import HANDOFF_FILE, write_handoff
 
 RECIPES = find_recipes()
-PROJECT_KEYS = ("local", "refit", "slurm")
+# The project's own sections (config.schema.PROJECT_SECTIONS): top-level ones and loss_fn's.
+PROJECT_KEYS = tuple(k for k in PROJECT_SECTIONS if "." not in k)
+LOSS_KEYS = tuple(k.split(".", 1)[1] for k in PROJECT_SECTIONS if k.startswith("loss_fn."))
 
 
 def _strip(config: dict) -> dict:
     out = copy.deepcopy(config)
     for key in PROJECT_KEYS:
         out.pop(key, None)
-    out["loss_fn"].pop("calibration", None)
+    for key in LOSS_KEYS:
+        out["loss_fn"].pop(key, None)
     return out
 
 
