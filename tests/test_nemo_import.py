@@ -182,7 +182,10 @@ def test_fp8_import_passes_the_preflight(tmp_path, name):
     path = Path(str(SRC)) / "examples" / "configs" / name
     out, issues = _import(path, tmp_path / Path(name).name, "blockwise")
     assert issues == []
-    result = preflight(load_recipe(out), workdir=Path(str(SRC)))
+    recipe = load_recipe(out)
+    result = preflight(recipe, workdir=Path(str(SRC)))
+    if _refused_for_dropped_kv_scales(result, recipe.config, Path(str(SRC))):
+        return
     assert result.ok, result.report()
 
 
@@ -194,3 +197,21 @@ def test_train_dry_run_on_imported_and_on_nemo_rl_config(tmp_path, capsys):
         shown = capsys.readouterr().out
         assert "fp8_recipe: blockwise" in shown or recipe == path
         assert "# engine: nemo" in shown and code == 0, shown[-2000:]
+
+
+def _refused_for_dropped_kv_scales(result, cfg: dict, src: Path) -> bool:
+    """True when this tree's colocated refit drops FP8 KV scales and the preflight refused the
+    recipe's FP8 KV cache for it (the kv-scales-refit guard rail: v0.7.0, NeMo RL PR #3226)."""
+    from nemo_fp8_rl.guards.field_checks import GRPO, IPC_SYNC, ipc_calls_without_kv_scales
+
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    if (
+        vllm.get("kv_cache_dtype") != "fp8"
+        or not cfg["policy"]["generation"]["colocated"]["enabled"]
+    ):
+        return False
+    texts = [(src / f).read_text() for f in (GRPO, IPC_SYNC) if (src / f).is_file()]
+    if not sum(ipc_calls_without_kv_scales(t) for t in texts):
+        return False
+    assert not result.ok and "kv_scales" in result.report(), result.report()
+    return True

@@ -117,6 +117,8 @@ def test_preflight_runs_nemo_rl_setup_to_the_training_loop(path) -> None:
         assert first.key == "policy.generation.vllm_cfg.is_mx", result.report()
         assert "does not read is_mx" in first.message and first.file.endswith("fp8.py")
         return
+    if _refused_for_dropped_kv_scales(result, recipe.config, SRC):
+        return
     assert result.ok, result.report()
     r = result.rehearsal
     cfg = recipe.config
@@ -330,3 +332,21 @@ def test_a_model_without_a_shipped_config_is_read_from_the_hugging_face_cache(
     snap.mkdir(parents=True)
     (snap / "config.json").write_text(json.dumps(model_config("Qwen/Qwen3-8B-Base")))
     assert _preflight(load_recipe("qwen3-8b-base/grpo-qwen3-8b-base-1n8g-fp8", overrides)).ok
+
+
+def _refused_for_dropped_kv_scales(result, cfg: dict, src: Path) -> bool:
+    """True when this tree's colocated refit drops FP8 KV scales and the preflight refused the
+    recipe's FP8 KV cache for it (the kv-scales-refit guard rail: v0.7.0, NeMo RL PR #3226)."""
+    from nemo_fp8_rl.guards.field_checks import GRPO, IPC_SYNC, ipc_calls_without_kv_scales
+
+    vllm = cfg["policy"]["generation"]["vllm_cfg"]
+    if (
+        vllm.get("kv_cache_dtype") != "fp8"
+        or not cfg["policy"]["generation"]["colocated"]["enabled"]
+    ):
+        return False
+    texts = [(src / f).read_text() for f in (GRPO, IPC_SYNC) if (src / f).is_file()]
+    if not sum(ipc_calls_without_kv_scales(t) for t in texts):
+        return False
+    assert not result.ok and "kv_scales" in result.report(), result.report()
+    return True

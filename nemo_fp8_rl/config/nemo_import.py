@@ -31,6 +31,7 @@ from nemo_fp8_rl.config.nemo_defaults import compose, has_key
 from nemo_fp8_rl.config.recipe import Recipe, load_recipe
 from nemo_fp8_rl.config.safe_files import refuse_link, write_atomic
 from nemo_fp8_rl.config.schema import DERIVED, PATH_KEYS, source_of
+from nemo_fp8_rl.config.split_rules import precision_split
 from nemo_fp8_rl.config.temp_files import temporary_folder
 from nemo_fp8_rl.config.user_error import UsageError
 
@@ -154,12 +155,19 @@ def import_nemo_config(
         # NeMo RL's grpo.setup asserts importance-sampling correction for FP8 rollouts.
         fix = {"loss_fn": {"use_importance_sampling_correction": True}}
         config, prov = merge(config, prov, fix, leaf_sources(fix, FP8_IS_SOURCE))
+    if precision_split(config, prov):  # the NeMo RL config's own split, kept as NeMo RL runs it
+        declared = {"refit": {"precision_split": True}}
+        config, prov = merge(config, prov, declared, leaf_sources(declared, SPLIT_SOURCE))
     issues = apply_overrides(config, list(overrides), prov)
     if issues:
         raise RecipeError(str(path), issues)
     source = Path(path).resolve()
     return Imported(source, config, prov, overlays, filled, derived, changed, files)
 
+
+# The NeMo RL config trains and generates in different precisions (its FP8-rollout recipes do):
+# the import declares that split, which NeMo RL runs as written (config/split_rules.py).
+SPLIT_SOURCE = "the NeMo RL config's own train/rollout precision split (config/split_rules.py)"
 
 WHY_CHANGED = {
     "grpo.val_period": "the same: validation off",
@@ -276,6 +284,8 @@ def to_recipe_text(imported: Imported) -> str:
     overridden = sorted(k for k, src in imported.provenance.items() if src == "override")
     if overridden:
         head.append(f"# Set on the import command: {', '.join(overridden)}")
+    if imported.provenance.get("refit.precision_split") == SPLIT_SOURCE:
+        head.append(f"# refit.precision_split: true, set by {SPLIT_SOURCE}")
     if any(src == FP8_IS_SOURCE for src in imported.provenance.values()):
         head.append(f"# loss_fn.use_importance_sampling_correction: true, set by {FP8_IS_SOURCE}")
     body = yaml.safe_dump(imported.config, sort_keys=False, default_flow_style=False, width=100)
