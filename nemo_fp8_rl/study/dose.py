@@ -128,7 +128,10 @@ def _engine_provenance(run_dir: Path) -> str:
     import json
 
     env = json.loads((run_dir / "environment.json").read_text(encoding="utf-8"))
-    record = {**env["provenance"], "source": "environment.json (the launcher ended first)"}
+    record = {
+        **(env.get("provenance") or {}),
+        "source": "environment.json (the launcher ended first)",
+    }
     return json.dumps(record, indent=1) + "\n"
 
 
@@ -157,7 +160,7 @@ def archive(out: Path, dest: Path = ARCHIVE, runs: str = "grpo-dose-*") -> list[
         for name in ARCHIVED[1:]:
             if (run_dir / name).exists():
                 write_atomic(target / name, (run_dir / name).read_bytes())
-        if not (run_dir / ARCHIVED[-1]).exists():
+        if not (run_dir / ARCHIVED[-1]).exists() and (run_dir / "environment.json").exists():
             write_atomic(target / ARCHIVED[-1], _engine_provenance(run_dir))
         written.append(target)
         print(f"archived {run_dir.parent.name}/{run_dir.name}")
