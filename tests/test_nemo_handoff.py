@@ -58,12 +58,10 @@ def _dropped_kv(problem) -> bool:
     import os
     from pathlib import Path
 
-    from nemo_fp8_rl.guards.field_checks import GRPO, IPC_SYNC, ipc_calls_without_kv_scales
+    from nemo_fp8_rl.guards.field_checks import tree_drops_kv_scales
 
     src = Path(os.environ.get("NEMO_RL_SRC", "."))
-    texts = [(src / f).read_text() for f in (GRPO, IPC_SYNC) if (src / f).is_file()]
-    drops = sum(ipc_calls_without_kv_scales(t) for t in texts) > 0
-    return drops and "kv-scales-refit" in str(problem)
+    return "kv-scales-refit" in str(problem) and tree_drops_kv_scales(src)
 
 
 def test_cpu_recipe_and_unsupported_options_are_reported_together() -> None:

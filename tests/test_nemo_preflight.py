@@ -337,7 +337,7 @@ def test_a_model_without_a_shipped_config_is_read_from_the_hugging_face_cache(
 def _refused_for_dropped_kv_scales(result, cfg: dict, src: Path) -> bool:
     """True when this tree's colocated refit drops FP8 KV scales and the preflight refused the
     recipe's FP8 KV cache for it (the kv-scales-refit guard rail: v0.7.0, NeMo RL PR #3226)."""
-    from nemo_fp8_rl.guards.field_checks import GRPO, IPC_SYNC, ipc_calls_without_kv_scales
+    from nemo_fp8_rl.guards.field_checks import tree_drops_kv_scales
 
     vllm = cfg["policy"]["generation"]["vllm_cfg"]
     if (
@@ -345,8 +345,7 @@ def _refused_for_dropped_kv_scales(result, cfg: dict, src: Path) -> bool:
         or not cfg["policy"]["generation"]["colocated"]["enabled"]
     ):
         return False
-    texts = [(src / f).read_text() for f in (GRPO, IPC_SYNC) if (src / f).is_file()]
-    if not sum(ipc_calls_without_kv_scales(t) for t in texts):
+    if not tree_drops_kv_scales(src):
         return False
     assert not result.ok and "kv_scales" in result.report(), result.report()
     return True

@@ -136,7 +136,7 @@ def test_an_interrupted_mechanism_run_leaves_nothing_behind(tmp_path, sig):
         while not ours(tmp) and time.monotonic() < deadline:
             time.sleep(0.1)  # the variant's temporary folder exists: it is under way
         proc.send_signal(sig)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=600)
     finally:
         proc.kill()
     assert proc.returncode == 130, err

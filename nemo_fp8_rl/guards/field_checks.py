@@ -27,6 +27,7 @@ on a NeMo RL tree whose source no longer has the cause (docs/guard-rails.md, "Th
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from nemo_fp8_rl.config.gpus import HOPPER
 from nemo_fp8_rl.guards.context import FP8_CFG, MCORE, VLLM, GuardContext
@@ -57,6 +58,13 @@ def ipc_calls_without_kv_scales(text: str) -> int:
     """How many `x = ....stream_weights_via_ipc_zmq(...)` calls in `text` pass no `kv_scales`."""
     calls = re.findall(r"=\s*[\w.]*\.stream_weights_via_ipc_zmq\(([^)]*)\)", text)  # not prose
     return sum("kv_scales" not in args for args in calls)
+
+
+def tree_drops_kv_scales(tree: Path) -> bool:
+    """True when the NeMo RL source tree at `tree` has a colocated refit call without
+    `kv_scales` (`ipc_calls_without_kv_scales` over its grpo.py and IPC synchronizer)."""
+    texts = [(tree / f).read_text() for f in (GRPO, IPC_SYNC) if (tree / f).is_file()]
+    return sum(ipc_calls_without_kv_scales(t) for t in texts) > 0
 
 
 def check_kv_scales_refit(ctx: GuardContext) -> CheckResult:
